@@ -1,0 +1,13 @@
+//! The hash-chained, append-only audit log (SPEC 4) and its verifier (SPEC 5).
+
+pub mod chain;
+pub mod reader;
+pub mod record;
+pub mod replay;
+pub mod show;
+pub mod verdict;
+pub mod verify;
+pub mod writer;
+
+pub use record::Event;
+pub use writer::{AuditError, AuditWriter};

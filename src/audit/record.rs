@@ -1,0 +1,517 @@
+//! Audit record kinds and their typed `data`.
+//!
+//! Every record is `{"v","run","seq","ts","mono_ns","kind","prev","data"}` on
+//! one line. `data` is typed per `kind`; every struct denies unknown fields,
+//! serde derive rejects duplicate keys, and there is no float and no
+//! `serde_json::Value` anywhere, so a record means exactly one thing.
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::{Capture, Op, RefusalReason};
+
+/// Record format version (`v`).
+pub const RECORD_VERSION: u32 = 1;
+
+/// A process as the watchdog can prove it: pid, start time (clock ticks since
+/// boot, `/proc/PID/stat` field 22) and real uid. Keyed on all three, never
+/// on the pid alone.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(deny_unknown_fields)]
+pub struct Ident {
+    pub pid: i32,
+    pub start_time: u64,
+    pub uid: u32,
+}
+
+/// A scanned descendant: identity, parent at the time it was verified, name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Proc {
+    pub pid: i32,
+    pub ppid: i32,
+    pub start_time: u64,
+    pub uid: u32,
+    pub comm: String,
+}
+
+impl Proc {
+    pub fn ident(&self) -> Ident {
+        Ident {
+            pid: self.pid,
+            start_time: self.start_time,
+            uid: self.uid,
+        }
+    }
+}
+
+/// How a process ended: `{"code":N}` or `{"signal":N}`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Status {
+    Code(i32),
+    Signal(i32),
+}
+
+impl Status {
+    /// Shell convention: the code, or 128+N for signal N.
+    pub fn shell_code(self) -> i32 {
+        match self {
+            Status::Code(c) => c,
+            Status::Signal(s) => 128 + s,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    Run,
+    Exec,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Why an action stopped (SPEC 3.5); also the receipt's `stop_reason`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    Deadline,
+    RootLost,
+    CallerLost,
+    Abandoned,
+    ExcessOutput,
+    MappingRefused,
+    Signal,
+    StopRequested,
+    CloseWhileRunning,
+    AuditFailure,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Deadline => "deadline",
+            StopReason::RootLost => "root_lost",
+            StopReason::CallerLost => "caller_lost",
+            StopReason::Abandoned => "abandoned",
+            StopReason::ExcessOutput => "excess_output",
+            StopReason::MappingRefused => "mapping_refused",
+            StopReason::Signal => "signal",
+            StopReason::StopRequested => "stop_requested",
+            StopReason::CloseWhileRunning => "close_while_running",
+            StopReason::AuditFailure => "audit_failure",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Closed,
+    Stopped,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    Term,
+    Kill,
+}
+
+/// The signals a sweep sends, spelled as people read them.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sig {
+    #[serde(rename = "SIGTERM")]
+    Term,
+    #[serde(rename = "SIGCONT")]
+    Cont,
+    #[serde(rename = "SIGKILL")]
+    Kill,
+}
+
+impl Sig {
+    pub fn number(self) -> i32 {
+        match self {
+            Sig::Term => libc::SIGTERM,
+            Sig::Cont => libc::SIGCONT,
+            Sig::Kill => libc::SIGKILL,
+        }
+    }
+}
+
+/// Why a live descendant could not be proven to be the process scanned.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Uncertainty {
+    /// `pidfd_open` failed while the process was alive (EMFILE, ENOMEM, ...).
+    PidfdFailed,
+    /// The pid now names a process with another start time (reuse).
+    StartTimeChanged,
+    /// Real, effective, saved or filesystem uid is not the watchdog's.
+    UidMismatch,
+    /// The parent changed to something other than the watchdog.
+    ParentChanged,
+    /// `/proc/PID` could not be read back after the pidfd was opened.
+    Unreadable,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Bounds {
+    pub action_deadline_ms: Option<u64>,
+    pub term_grace_ms: u64,
+    pub kill_bound_ms: u64,
+    /// Combined stdout+stderr cap per job; `null` means uncapped (exec default).
+    pub output_cap: Option<u64>,
+}
+
+/// What a directory was when it was first seen; compared again by `verify`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DirIdentity {
+    pub path: String,
+    pub dev: u64,
+    pub ino: u64,
+    pub uid: u32,
+    pub mode: u32,
+}
+
+/// A digest of a directory tree's listing (see `inventory`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Inventory {
+    pub entries: u64,
+    pub bytes: u64,
+    pub digest: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StreamSummary {
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RunStarted {
+    pub version: String,
+    pub mode: Mode,
+    pub watchdog: Ident,
+    pub state_dir: String,
+    pub bounds: Bounds,
+    pub staging: Option<DirIdentity>,
+    pub pass_env: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RootSource {
+    /// The watchdog's parent at start (the default).
+    Parent,
+    /// `--root-pid` (and `--root-start-time`).
+    Argument,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RootBound {
+    pub root: Ident,
+    pub comm: String,
+    pub source: RootSource,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RequestReceived {
+    /// Absent when the line could not be parsed far enough to know.
+    pub id: Option<String>,
+    pub op: Option<Op>,
+    pub caller: Option<Ident>,
+    pub bytes: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RequestRefused {
+    pub id: Option<String>,
+    pub reason: RefusalReason,
+    /// Bounded, escaped diagnostic for people; never decides anything.
+    pub detail: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpawned {
+    pub job: u64,
+    pub id: String,
+    pub name: Option<String>,
+    pub argv: Vec<String>,
+    pub pid: i32,
+    pub start_time: u64,
+    pub uid: u32,
+    /// Read back from `/proc` after exec: the watchdog's pid.
+    pub ppid: i32,
+    /// Read back from `/proc` after exec: the job's own pid (its own session).
+    pub sid: i32,
+    pub caller: Option<Ident>,
+    pub deadline_ms: Option<u64>,
+    pub capture: Capture,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct JobFailed {
+    pub job: u64,
+    pub id: String,
+    pub argv: Vec<String>,
+    pub errno: i32,
+    pub reason: RefusalReason,
+    pub detail: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct JobExited {
+    pub job: u64,
+    pub pid: i32,
+    pub start_time: u64,
+    pub status: Status,
+    pub duration_ms: u64,
+    pub stdout: StreamSummary,
+    pub stderr: StreamSummary,
+    pub output_capped: bool,
+    /// The leader died while the action was stopping.
+    pub stopped: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct OutputCapped {
+    pub job: u64,
+    pub stream: Stream,
+    pub cap: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StopTriggered {
+    pub reason: StopReason,
+    /// True for the trigger that started the stop; later ones only add a record.
+    pub first: bool,
+    pub detail: String,
+    pub job: Option<u64>,
+    /// The processes behind the trigger (abandoned or unprovable ones).
+    pub processes: Vec<Proc>,
+}
+
+/// A closure member that a sweep did not signal (zombie, already signalled,
+/// or unprovable); listed so a replay can check every target's parent link.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    pub pid: i32,
+    pub ppid: i32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SignalSweep {
+    pub sweep: u32,
+    /// Large sweeps are split; all parts share `sweep` and are written before
+    /// any of its signals is sent.
+    pub part: u32,
+    pub stage: Stage,
+    pub signals: Vec<Sig>,
+    pub targets: Vec<Proc>,
+    pub others: Vec<Link>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SignalFailed {
+    pub sweep: u32,
+    pub target: Ident,
+    pub signal: Sig,
+    pub errno: i32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ReapedProc {
+    pub pid: i32,
+    pub start_time: Option<u64>,
+    pub comm: Option<String>,
+    pub status: Status,
+}
+
+/// Adopted descendants (not job leaders) reaped in one round.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Reaped {
+    pub processes: Vec<ReapedProc>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MappingUncertain {
+    pub process: Proc,
+    pub reason: Uncertainty,
+    pub detail: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StopCompleted {
+    pub reason: StopReason,
+    pub sweeps: u32,
+    pub elapsed_ms: u64,
+    /// `waitid(P_ALL)` said ECHILD.
+    pub echild: bool,
+    /// The last `/proc` scan found no descendant.
+    pub scan_empty: bool,
+    /// Descendants still seen when the kill bound ran out (0 on success).
+    pub left: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TempEntry {
+    pub path: String,
+    pub kind: String,
+    pub size: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TempRootInventoried {
+    pub path: String,
+    pub inventory: Inventory,
+    /// The first entries, for people; `inventory` covers all of them.
+    pub listing: Vec<TempEntry>,
+    pub truncated: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TempRootRemoved {
+    pub removed: bool,
+    pub detail: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StagingInventoried {
+    pub identity: DirIdentity,
+    pub inventory: Inventory,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ReplyFailed {
+    pub id: String,
+    pub detail: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Counts {
+    pub requests: u64,
+    pub refused: u64,
+    pub jobs: u64,
+    pub signals: u64,
+    pub reaped: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Receipt {
+    pub outcome: Outcome,
+    pub stop_reason: Option<StopReason>,
+    /// The whole proof: `no_live_or_waitable_descendants` and every pidfd
+    /// the watchdog held reports its process exited.
+    pub quiescent: bool,
+    /// `waitid(P_ALL, WNOHANG|WNOWAIT)` said ECHILD and a scan was empty.
+    pub no_live_or_waitable_descendants: bool,
+    pub uncertain_mappings: u64,
+    pub temp_root_removed: bool,
+    pub root_alive: bool,
+    pub counts: Counts,
+    pub staging: Option<StagingInventoried>,
+}
+
+impl Receipt {
+    /// A positive receipt: the proof holds and nothing was left uncertain.
+    pub fn is_positive(&self) -> bool {
+        self.quiescent
+            && self.no_live_or_waitable_descendants
+            && self.uncertain_mappings == 0
+            && self.temp_root_removed
+    }
+}
+
+macro_rules! events {
+    ($($variant:ident($ty:ident) = $name:literal,)*) => {
+        /// One audit record's `kind` and `data`.
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub enum Event { $($variant($ty),)* }
+
+        /// Every record kind, in the order the schema lists them.
+        pub const KINDS: &[&str] = &[$($name,)*];
+
+        impl Serialize for EventData<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                match self.0 { $(Event::$variant(d) => d.serialize(s),)* }
+            }
+        }
+
+        impl Event {
+            pub fn kind(&self) -> &'static str {
+                match self { $(Event::$variant(_) => $name,)* }
+            }
+
+            /// Serialises `data` alone (the envelope is written around it).
+            pub(crate) fn data(&self) -> EventData<'_> {
+                EventData(self)
+            }
+
+            /// Typed parse of `data` for `kind`; `None` for an unknown kind.
+            pub(crate) fn parse_data(kind: &str, data: &str) -> Option<serde_json::Result<Event>> {
+                match kind {
+                    $($name => Some(serde_json::from_str::<$ty>(data).map(Event::$variant)),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+/// `Event`'s `data` as a value to serialise inside the record envelope.
+pub(crate) struct EventData<'a>(&'a Event);
+
+events! {
+    RunStarted(RunStarted) = "run_started",
+    RootBound(RootBound) = "root_bound",
+    RequestReceived(RequestReceived) = "request_received",
+    RequestRefused(RequestRefused) = "request_refused",
+    JobSpawned(JobSpawned) = "job_spawned",
+    JobFailed(JobFailed) = "job_failed",
+    JobExited(JobExited) = "job_exited",
+    OutputCapped(OutputCapped) = "output_capped",
+    ReplyFailed(ReplyFailed) = "reply_failed",
+    StopTriggered(StopTriggered) = "stop_triggered",
+    SignalSweep(SignalSweep) = "signal_sweep",
+    SignalFailed(SignalFailed) = "signal_failed",
+    Reaped(Reaped) = "reaped",
+    MappingUncertain(MappingUncertain) = "mapping_uncertain",
+    StopCompleted(StopCompleted) = "stop_completed",
+    TempRootInventoried(TempRootInventoried) = "temp_root_inventoried",
+    TempRootRemoved(TempRootRemoved) = "temp_root_removed",
+    StagingInventoried(StagingInventoried) = "staging_inventoried",
+    Receipt(Receipt) = "receipt",
+}

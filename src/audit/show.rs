@@ -1,0 +1,160 @@
+//! `rea-audit show`: the log as a timeline for people. Lines that do not
+//! parse are shown as such; `show` never judges (that is `verify`'s job).
+
+use super::reader::{parse_line, split_lines};
+use super::record::{Event, Proc, Status};
+
+fn procs(ps: &[Proc]) -> String {
+    const SHOWN: usize = 8;
+    let mut s: Vec<String> = ps
+        .iter()
+        .take(SHOWN)
+        .map(|p| format!("{}({})", p.pid, p.comm))
+        .collect();
+    if ps.len() > SHOWN {
+        s.push(format!("+{} more", ps.len() - SHOWN));
+    }
+    s.join(" ")
+}
+
+fn status(s: Status) -> String {
+    match s {
+        Status::Code(c) => format!("exit {c}"),
+        Status::Signal(n) => format!("signal {n}"),
+    }
+}
+
+/// One line of summary per record kind.
+pub fn summary(ev: &Event) -> String {
+    match ev {
+        Event::RunStarted(r) => format!(
+            "{:?} mode, watchdog pid {}, state {}, grace {}ms, kill bound {}ms{}",
+            r.mode,
+            r.watchdog.pid,
+            r.state_dir,
+            r.bounds.term_grace_ms,
+            r.bounds.kill_bound_ms,
+            r.staging.as_ref().map(|s| format!(", staging {}", s.path)).unwrap_or_default()
+        ),
+        Event::RootBound(r) => format!("root {} ({}) via {:?}", r.root.pid, r.comm, r.source),
+        Event::RequestReceived(r) => format!(
+            "{} {} from {}",
+            r.op.map(|o| format!("{o:?}").to_lowercase()).unwrap_or_else(|| "?".into()),
+            r.id.as_deref().unwrap_or("?"),
+            r.caller.map(|c| c.pid.to_string()).unwrap_or_else(|| "?".into())
+        ),
+        Event::RequestRefused(r) => format!(
+            "{} refused: {} ({})",
+            r.id.as_deref().unwrap_or("?"),
+            r.reason.as_str(),
+            r.detail
+        ),
+        Event::JobSpawned(j) => format!(
+            "job {} {} pid {} sid {} ppid {}: {}",
+            j.job,
+            j.name.as_deref().unwrap_or(&j.id),
+            j.pid,
+            j.sid,
+            j.ppid,
+            j.argv.join(" ")
+        ),
+        Event::JobFailed(j) => format!("job {} could not start: {} ({})", j.job, j.reason.as_str(), j.detail),
+        Event::JobExited(j) => format!(
+            "job {} pid {} {} after {}ms, out {}B err {}B{}",
+            j.job,
+            j.pid,
+            status(j.status),
+            j.duration_ms,
+            j.stdout.bytes,
+            j.stderr.bytes,
+            if j.stopped { " (stopped)" } else { "" }
+        ),
+        Event::OutputCapped(o) => format!("job {} output over {} bytes ({:?})", o.job, o.cap, o.stream),
+        Event::ReplyFailed(r) => format!("reply to {} failed: {}", r.id, r.detail),
+        Event::StopTriggered(t) => format!(
+            "{}{}: {} {}",
+            t.reason.as_str(),
+            if t.first { "" } else { " (already stopping)" },
+            t.detail,
+            procs(&t.processes)
+        ),
+        Event::SignalSweep(s) => format!(
+            "sweep {} {:?}: {} to {} process(es) {}",
+            s.sweep,
+            s.stage,
+            s.signals.iter().map(|g| format!("{g:?}").to_uppercase()).collect::<Vec<_>>().join("+"),
+            s.targets.len(),
+            procs(&s.targets)
+        ),
+        Event::SignalFailed(f) => format!("signal to {} failed: errno {}", f.target.pid, f.errno),
+        Event::Reaped(r) => format!(
+            "reaped {}",
+            r.processes
+                .iter()
+                .take(8)
+                .map(|p| format!("{} ({})", p.pid, status(p.status)))
+                .collect::<Vec<_>>()
+                .join(", ")
+                + if r.processes.len() > 8 { ", ..." } else { "" }
+        ),
+        Event::MappingUncertain(m) => format!("pid {} ({}) uncertain: {:?} {}", m.process.pid, m.process.comm, m.reason, m.detail),
+        Event::StopCompleted(s) => format!(
+            "{} sweeps in {}ms, echild {}, scan empty {}, left {}",
+            s.sweeps, s.elapsed_ms, s.echild, s.scan_empty, s.left
+        ),
+        Event::TempRootInventoried(t) => format!("{}: {} entries, {} bytes", t.path, t.inventory.entries, t.inventory.bytes),
+        Event::TempRootRemoved(t) => format!("removed {} {}", t.removed, t.detail),
+        Event::StagingInventoried(s) => format!(
+            "{}: {} entries, {} bytes, digest {}",
+            s.identity.path, s.inventory.entries, s.inventory.bytes, s.inventory.digest
+        ),
+        Event::Receipt(r) => format!(
+            "{:?}{} quiescent {} uncertain {} temp removed {} root alive {} (jobs {}, signals {}, reaped {})",
+            r.outcome,
+            r.stop_reason.map(|s| format!(" ({})", s.as_str())).unwrap_or_default(),
+            r.quiescent,
+            r.uncertain_mappings,
+            r.temp_root_removed,
+            r.root_alive,
+            r.counts.jobs,
+            r.counts.signals,
+            r.counts.reaped
+        ),
+    }
+}
+
+/// The whole timeline as text.
+pub fn timeline(data: &[u8]) -> String {
+    let (lines, torn) = split_lines(data);
+    let mut out = String::new();
+    let mut t0 = None;
+    for (i, line) in lines.iter().enumerate() {
+        match parse_line(line) {
+            Ok(rec) => {
+                let t0 = *t0.get_or_insert(rec.mono_ns);
+                let us = rec.mono_ns.saturating_sub(t0) / 1000;
+                out.push_str(&format!(
+                    "{:>5} {:>7}.{:03}ms  {:<22} {}\n",
+                    rec.seq,
+                    us / 1000,
+                    us % 1000,
+                    rec.event.kind(),
+                    summary(&rec.event)
+                ));
+            }
+            Err(e) => out.push_str(&format!(
+                "line {}: unreadable ({:?}: {})\n",
+                i + 1,
+                e.code,
+                e.detail
+            )),
+        }
+    }
+    if let Some(t) = torn {
+        out.push_str(&format!(
+            "(torn last line: {} bytes without a newline)\n",
+            t.len()
+        ));
+    }
+    out
+}

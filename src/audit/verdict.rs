@@ -1,0 +1,250 @@
+//! What `rea-audit verify` concludes, and why (SPEC 5).
+
+use serde::Serialize;
+
+use super::record::{Outcome, StagingInventoried, StopReason};
+
+/// The only two answers a controller acts on.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    DeleteAllowed,
+    Retain,
+}
+
+/// Why the answer is what it is; each has its own exit code.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    DeleteAllowed,
+    /// A sealed, intact log whose receipt or staging does not allow deletion.
+    Retain,
+    /// Torn last line, no receipt: the watchdog did not finish.
+    Incomplete,
+    /// The log is not what the watchdog wrote.
+    Tampered,
+    /// The log could not be read, or the command line was wrong.
+    Error,
+}
+
+impl Status {
+    /// `rea-audit verify` exit codes (documented in the README and `--help`).
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Status::DeleteAllowed => 0,
+            Status::Retain => 1,
+            Status::Incomplete => 2,
+            Status::Tampered => 3,
+            Status::Error => 4,
+        }
+    }
+}
+
+/// Every reason `verify` can give. The class of each decides the status.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Code {
+    // The bytes are not a log the writer could have produced.
+    Bom,
+    CarriageReturn,
+    InvalidUtf8,
+    LineTooLong,
+    MalformedJson,
+    UnknownField,
+    DuplicateKey,
+    Float,
+    BadField,
+    UnknownKind,
+    BadVersion,
+    BadTimestamp,
+    // The chain and the structure.
+    SeqMismatch,
+    PrevMismatch,
+    GenesisMismatch,
+    RunMismatch,
+    FirstNotRunStarted,
+    DuplicateReceipt,
+    RecordAfterReceipt,
+    HeadMismatch,
+    ExpectRunMismatch,
+    ReplayMismatch,
+    // The watchdog did not finish.
+    EmptyLog,
+    TornLine,
+    NoReceipt,
+    // Sealed and intact, but deletion is not safe.
+    NotQuiescent,
+    UncertainMappings,
+    TempRootNotRemoved,
+    RootLost,
+    AuditFailure,
+    StagingMismatch,
+    StagingNotRecorded,
+    StagingNotChecked,
+    // Could not look.
+    IoError,
+}
+
+impl Code {
+    pub fn class(self) -> Status {
+        use Code::*;
+        match self {
+            Bom | CarriageReturn | InvalidUtf8 | LineTooLong | MalformedJson | UnknownField
+            | DuplicateKey | Float | BadField | UnknownKind | BadVersion | BadTimestamp
+            | SeqMismatch | PrevMismatch | GenesisMismatch | RunMismatch | FirstNotRunStarted
+            | DuplicateReceipt | RecordAfterReceipt | HeadMismatch | ExpectRunMismatch
+            | ReplayMismatch => Status::Tampered,
+            EmptyLog | TornLine | NoReceipt => Status::Incomplete,
+            NotQuiescent | UncertainMappings | TempRootNotRemoved | RootLost | AuditFailure
+            | StagingMismatch | StagingNotRecorded | StagingNotChecked => Status::Retain,
+            IoError => Status::Error,
+        }
+    }
+
+    pub fn as_str(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+pub struct Reason {
+    pub code: Code,
+    pub class: Status,
+    /// 1-based line number, where the reason belongs to one line.
+    pub line: Option<u64>,
+    pub detail: String,
+}
+
+impl Reason {
+    pub fn new(code: Code, line: Option<u64>, detail: impl Into<String>) -> Reason {
+        Reason {
+            code,
+            class: code.class(),
+            line,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// The verdict object printed by `verify --json` (schema: audit-schema/verdict.schema.json).
+#[derive(Serialize, Clone, Debug)]
+pub struct Verdict {
+    pub verdict: Decision,
+    pub status: Status,
+    pub exit_code: i32,
+    pub log: String,
+    pub run: Option<String>,
+    pub records: u64,
+    /// SHA-256 of the last complete line: what a controller pins.
+    pub head: Option<String>,
+    pub sealed: bool,
+    pub outcome: Option<Outcome>,
+    pub stop_reason: Option<StopReason>,
+    /// The exact staging directory a `delete_allowed` applies to, if any.
+    pub staging: Option<StagingInventoried>,
+    pub reasons: Vec<Reason>,
+}
+
+impl Verdict {
+    /// Status is the worst class among the reasons; no reason means allowed.
+    pub fn finish(mut self) -> Verdict {
+        self.status = self
+            .reasons
+            .iter()
+            .map(|r| r.class)
+            .max()
+            .unwrap_or(Status::DeleteAllowed);
+        self.verdict = if self.status == Status::DeleteAllowed {
+            Decision::DeleteAllowed
+        } else {
+            Decision::Retain
+        };
+        self.exit_code = self.status.exit_code();
+        self
+    }
+
+    pub fn empty(log: &str) -> Verdict {
+        Verdict {
+            verdict: Decision::Retain,
+            status: Status::Error,
+            exit_code: Status::Error.exit_code(),
+            log: log.to_string(),
+            run: None,
+            records: 0,
+            head: None,
+            sealed: false,
+            outcome: None,
+            stop_reason: None,
+            staging: None,
+            reasons: Vec::new(),
+        }
+    }
+
+    pub fn has(&self, code: Code) -> bool {
+        self.reasons.iter().any(|r| r.code == code)
+    }
+
+    /// A short summary for people (what `verify` prints without `--json`).
+    pub fn human(&self) -> String {
+        let mut s = String::new();
+        let status = match self.status {
+            Status::DeleteAllowed => "DELETE ALLOWED",
+            Status::Retain => "RETAIN",
+            Status::Incomplete => "RETAIN (incomplete log)",
+            Status::Tampered => "RETAIN (log tampered)",
+            Status::Error => "RETAIN (could not verify)",
+        };
+        s.push_str(&format!("{}: {status}\n", self.log));
+        if let Some(run) = &self.run {
+            s.push_str(&format!("  run      {run}\n"));
+        }
+        s.push_str(&format!(
+            "  records  {}{}\n",
+            self.records,
+            if self.sealed {
+                ", sealed by a receipt"
+            } else {
+                ""
+            }
+        ));
+        if let Some(head) = &self.head {
+            s.push_str(&format!("  head     {head}\n"));
+        }
+        if let Some(o) = self.outcome {
+            let o = match o {
+                Outcome::Closed => "closed".to_string(),
+                Outcome::Stopped => format!(
+                    "stopped ({})",
+                    self.stop_reason.map(StopReason::as_str).unwrap_or("?")
+                ),
+            };
+            s.push_str(&format!("  outcome  {o}\n"));
+        }
+        if let Some(st) = &self.staging {
+            s.push_str(&format!("  staging  {}\n", st.identity.path));
+        }
+        for r in &self.reasons {
+            let line = r.line.map(|l| format!("line {l}: ")).unwrap_or_default();
+            s.push_str(&format!(
+                "  - {} [{}] {line}{}\n",
+                r.code.as_str(),
+                class_name(r.class),
+                r.detail
+            ));
+        }
+        s
+    }
+}
+
+fn class_name(s: Status) -> &'static str {
+    match s {
+        Status::DeleteAllowed => "ok",
+        Status::Retain => "retain",
+        Status::Incomplete => "incomplete",
+        Status::Tampered => "tampered",
+        Status::Error => "error",
+    }
+}

@@ -1,0 +1,209 @@
+//! The append-only writer: one log per action, one `write` per record.
+//!
+//! Invariants: the file is created with `O_EXCL`, so this writer is its only
+//! author; records are written whole by a single `write(2)` on an `O_APPEND`
+//! descriptor; after any failed or short write the writer is poisoned and
+//! never appends again, so a torn line can only ever be the last one.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::chain;
+use super::record::{Event, EventData, RECORD_VERSION};
+use crate::clock;
+
+/// Longest record line the writer produces and `verify` accepts, without `\n`.
+pub const MAX_LINE: usize = 1 << 20;
+
+#[derive(Debug)]
+pub enum AuditError {
+    Io(io::Error),
+    /// An earlier write or sync failed; nothing is appended after it.
+    Poisoned(String),
+    TooLarge(usize),
+}
+
+impl std::fmt::Display for AuditError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AuditError::Io(e) => write!(f, "audit log I/O error: {e}"),
+            AuditError::Poisoned(why) => {
+                write!(f, "audit log unusable after an earlier failure: {why}")
+            }
+            AuditError::TooLarge(n) => write!(
+                f,
+                "audit record of {n} bytes exceeds the {MAX_LINE}-byte line cap"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AuditError {}
+
+#[derive(Serialize)]
+struct Envelope<'a> {
+    v: u32,
+    run: &'a str,
+    seq: u64,
+    ts: &'a str,
+    mono_ns: u64,
+    kind: &'a str,
+    prev: &'a str,
+    data: EventData<'a>,
+}
+
+pub struct AuditWriter {
+    file: File,
+    path: PathBuf,
+    run: String,
+    seq: u64,
+    /// Hash of the last line written (the genesis hash before the first).
+    prev: String,
+    poisoned: Option<String>,
+    unsynced: bool,
+    buf: Vec<u8>,
+}
+
+/// A record as written: its sequence number and the line's hash.
+#[derive(Clone, Debug)]
+pub struct Written {
+    pub seq: u64,
+    pub hash: String,
+}
+
+impl AuditWriter {
+    /// Creates the log exclusively (mode 0600) and makes its directory entry durable.
+    pub fn create(path: &Path, run: &str) -> io::Result<AuditWriter> {
+        let file = OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        sync_parent_dir(path)?;
+        Ok(AuditWriter {
+            file,
+            path: path.to_path_buf(),
+            run: run.to_string(),
+            seq: 0,
+            prev: chain::genesis(run),
+            poisoned: None,
+            unsynced: false,
+            buf: Vec::with_capacity(4096),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn run(&self) -> &str {
+        &self.run
+    }
+
+    /// The head: the hash of the last line written (genesis hash if none).
+    pub fn head(&self) -> &str {
+        &self.prev
+    }
+
+    pub fn next_seq(&self) -> u64 {
+        self.seq
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.is_some()
+    }
+
+    /// Appends one record with one `write`. Not yet durable: see [`sync`].
+    ///
+    /// [`sync`]: AuditWriter::sync
+    pub fn append(&mut self, event: &Event) -> Result<Written, AuditError> {
+        if let Some(why) = &self.poisoned {
+            return Err(AuditError::Poisoned(why.clone()));
+        }
+        let ts = clock::rfc3339_now();
+        self.buf.clear();
+        let env = Envelope {
+            v: RECORD_VERSION,
+            run: &self.run,
+            seq: self.seq,
+            ts: &ts,
+            mono_ns: clock::mono_ns(),
+            kind: event.kind(),
+            prev: &self.prev,
+            data: event.data(),
+        };
+        serde_json::to_writer(&mut self.buf, &env)
+            .map_err(|e| AuditError::Io(io::Error::other(e)))?;
+        if self.buf.len() > MAX_LINE {
+            return Err(AuditError::TooLarge(self.buf.len()));
+        }
+        let hash = chain::line_hash(&self.buf);
+        self.buf.push(b'\n');
+        match self.file.write(&self.buf) {
+            Ok(n) if n == self.buf.len() => {}
+            Ok(n) => {
+                return Err(self.poison(format!("short write: {n} of {} bytes", self.buf.len())))
+            }
+            Err(e) => {
+                let why = format!("write failed: {e}");
+                self.poisoned = Some(why);
+                return Err(AuditError::Io(e));
+            }
+        }
+        let written = Written {
+            seq: self.seq,
+            hash: hash.clone(),
+        };
+        self.seq += 1;
+        self.prev = hash;
+        self.unsynced = true;
+        Ok(written)
+    }
+
+    /// `fdatasync`: everything appended so far is durable when this returns Ok.
+    pub fn sync(&mut self) -> Result<(), AuditError> {
+        if let Some(why) = &self.poisoned {
+            return Err(AuditError::Poisoned(why.clone()));
+        }
+        if !self.unsynced {
+            return Ok(());
+        }
+        if let Err(e) = nix::unistd::fdatasync(&self.file) {
+            return Err(self.poison(format!("fdatasync failed: {e}")));
+        }
+        self.unsynced = false;
+        Ok(())
+    }
+
+    /// Append and make durable: for records that announce an act.
+    pub fn record(&mut self, event: &Event) -> Result<Written, AuditError> {
+        let w = self.append(event)?;
+        self.sync()?;
+        Ok(w)
+    }
+
+    /// The last record: durable, and its directory entry too.
+    pub fn seal(&mut self, receipt: &Event) -> Result<Written, AuditError> {
+        let w = self.record(receipt)?;
+        sync_parent_dir(&self.path)
+            .map_err(|e| self.poison(format!("directory fsync failed: {e}")))?;
+        Ok(w)
+    }
+
+    fn poison(&mut self, why: String) -> AuditError {
+        self.poisoned = Some(why.clone());
+        AuditError::Poisoned(why)
+    }
+}
+
+fn sync_parent_dir(path: &Path) -> io::Result<()> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    File::open(parent)?.sync_all()
+}

@@ -1,0 +1,122 @@
+//! `rea-audit`: verify a rea audit log and derive whether deletion is allowed.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use rea::audit::chain::is_digest;
+use rea::audit::verdict::Status;
+use rea::audit::verify::{verify_file, VerifyOptions};
+use rea::protocol::is_token;
+
+const EXIT_HELP: &str = "\
+Exit codes (verify):
+  0  delete_allowed  sealed, intact, positive receipt (and --staging matches)
+  1  retain          sealed and intact, but the receipt or staging forbids deletion
+  2  incomplete      torn last line or no receipt: the watchdog did not finish
+  3  tampered        chain, sequence, run, replay or pinned head do not hold
+  4  error           the log could not be read, or the command line is wrong
+
+Only a pinned head (--expect-head) detects a log that was cut short and
+re-chained by someone able to write the file; the chain alone cannot.";
+
+#[derive(Parser)]
+#[command(
+    name = "rea-audit",
+    version,
+    about = "Verify a rea audit log and decide whether the staging directory may be deleted",
+    long_about = "Verify a rea audit log (SHA-256 hash chain, sequence, receipt, replay) and \
+derive the verdict of SPEC 5: delete_allowed or retain. rea-audit never deletes anything.",
+    after_help = EXIT_HELP
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Check the log and print the verdict (exit 0 only for delete_allowed).
+    #[command(after_help = EXIT_HELP)]
+    Verify {
+        /// The audit log (JSON Lines) written by rea-watchdog.
+        log: PathBuf,
+        /// The head hash the controller pinned when the watchdog sealed the log.
+        #[arg(long, value_name = "HEX")]
+        expect_head: Option<String>,
+        /// The run id the controller expects this log to belong to.
+        #[arg(long, value_name = "ID")]
+        expect_run: Option<String>,
+        /// The staging directory about to be deleted: must be the one the
+        /// receipt names, unchanged since.
+        #[arg(long, value_name = "DIR")]
+        staging: Option<PathBuf>,
+        /// Print the verdict object (audit-schema/verdict.schema.json).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the log as a readable timeline.
+    Show { log: PathBuf },
+}
+
+fn usage(msg: &str) -> ExitCode {
+    eprintln!("rea-audit: {msg}");
+    ExitCode::from(Status::Error.exit_code() as u8)
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                Status::Error.exit_code()
+            } else {
+                0
+            };
+            let _ = e.print();
+            return ExitCode::from(code as u8);
+        }
+    };
+    match cli.cmd {
+        Cmd::Verify {
+            log,
+            expect_head,
+            expect_run,
+            staging,
+            json,
+        } => {
+            if let Some(h) = &expect_head {
+                if !is_digest(h) {
+                    return usage("--expect-head must be 64 lowercase hex digits");
+                }
+            }
+            if let Some(r) = &expect_run {
+                if !is_token(r) {
+                    return usage("--expect-run must match [A-Za-z0-9_.-]{1,64}");
+                }
+            }
+            let opts = VerifyOptions {
+                expect_head,
+                expect_run,
+                staging,
+            };
+            let v = verify_file(&log, &opts);
+            if json {
+                match serde_json::to_string_pretty(&v) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => return usage(&format!("cannot print the verdict: {e}")),
+                }
+            } else {
+                print!("{}", v.human());
+            }
+            ExitCode::from(v.exit_code as u8)
+        }
+        Cmd::Show { log } => match std::fs::read(&log) {
+            Ok(data) => {
+                print!("{}", rea::audit::show::timeline(&data));
+                ExitCode::SUCCESS
+            }
+            Err(e) => usage(&format!("cannot read {}: {e}", log.display())),
+        },
+    }
+}

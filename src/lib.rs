@@ -1,0 +1,11 @@
+//! rea: a process-ownership watchdog and tamper-evident audit trail.
+//!
+//! `rea-watchdog` owns every process of one action and proves, in a
+//! hash-chained audit log, that none is left; `rea-audit` verifies the log
+//! and derives whether the staging directory may be deleted.
+
+pub mod audit;
+pub mod clock;
+pub mod inventory;
+pub mod process;
+pub mod protocol;

@@ -1,0 +1,252 @@
+//! Binding processes to pidfds, and the crate's one signal function.
+//!
+//! A [`VerifiedPidFd`] can only be made here, by a step that proves the fd
+//! names the process the watchdog meant: either its own unreaped child
+//! (whose pid cannot be reused until it is reaped), or a process whose
+//! start time, uids and parent were read back *after* `pidfd_open` and
+//! matched. [`send_signal`] takes nothing else, so no signal can reach a
+//! process by a guessed, remembered or reused pid.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use nix::sys::signal::Signal;
+
+use super::identity::{is_gone, read_stat, read_uids, Stat};
+use crate::audit::record::{Ident, Proc, Uncertainty};
+
+/// A pidfd proven to refer to `proc`. Only this module constructs one.
+#[derive(Debug)]
+pub struct VerifiedPidFd {
+    fd: OwnedFd,
+    proc: Proc,
+}
+
+impl VerifiedPidFd {
+    pub fn proc(&self) -> &Proc {
+        &self.proc
+    }
+
+    pub fn ident(&self) -> Ident {
+        self.proc.ident()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.proc.pid
+    }
+
+    /// True once the process has exited (the pidfd polls readable).
+    pub fn has_exited(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, zero timeout.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n == 1 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0
+    }
+}
+
+impl AsFd for VerifiedPidFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Why a process could not be bound.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BindError {
+    /// The process no longer exists: nothing to signal, nothing uncertain.
+    Gone,
+    /// It may be alive, but the fd cannot be proven to name it.
+    Uncertain { reason: Uncertainty, detail: String },
+}
+
+fn uncertain(reason: Uncertainty, detail: impl Into<String>) -> BindError {
+    BindError::Uncertain {
+        reason,
+        detail: detail.into(),
+    }
+}
+
+fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd to us; nobody else owns it.
+    // pidfds are always close-on-exec.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Re-reads `/proc` for an open pidfd; `Gone` if the pid is no longer in use.
+fn read_back(pid: i32) -> Result<(Stat, u32), BindError> {
+    let st = match read_stat(pid) {
+        Ok(st) => st,
+        Err(e) if is_gone(&e) => return Err(BindError::Gone),
+        Err(e) => {
+            return Err(uncertain(
+                Uncertainty::Unreadable,
+                format!("/proc/{pid}/stat: {e}"),
+            ))
+        }
+    };
+    let uids = match read_uids(pid) {
+        Ok(u) => u,
+        Err(e) if is_gone(&e) => return Err(BindError::Gone),
+        Err(e) => {
+            return Err(uncertain(
+                Uncertainty::Unreadable,
+                format!("/proc/{pid}/status: {e}"),
+            ))
+        }
+    };
+    match uids.uniform() {
+        Some(uid) => Ok((st, uid)),
+        None => Err(uncertain(
+            Uncertainty::UidMismatch,
+            format!(
+                "uids differ (real {}, effective {}, saved {}, fs {})",
+                uids.real, uids.effective, uids.saved, uids.fs
+            ),
+        )),
+    }
+}
+
+fn proc_of(st: &Stat, uid: u32) -> Proc {
+    Proc {
+        pid: st.pid,
+        ppid: st.ppid,
+        start_time: st.start_time,
+        uid,
+        comm: st.comm.clone(),
+    }
+}
+
+/// Binds a process found by a scan: `pidfd_open`, then read back start time,
+/// uids and parent and compare them with the scan. `parent_ok` says whether a
+/// (possibly new) parent pid is the watchdog or a member of the same closure.
+pub fn bind(
+    scanned: &Stat,
+    expect_uid: u32,
+    parent_ok: impl Fn(i32) -> bool,
+) -> Result<VerifiedPidFd, BindError> {
+    let pid = scanned.pid;
+    let fd = match pidfd_open(pid) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(BindError::Gone),
+        Err(e) => {
+            return Err(uncertain(
+                Uncertainty::PidfdFailed,
+                format!("pidfd_open({pid}): {e}"),
+            ))
+        }
+    };
+    let (st, uid) = read_back(pid)?;
+    if st.start_time != scanned.start_time {
+        return Err(uncertain(
+            Uncertainty::StartTimeChanged,
+            format!(
+                "pid {pid} started at {} but the scan saw {}",
+                st.start_time, scanned.start_time
+            ),
+        ));
+    }
+    if uid != expect_uid {
+        return Err(uncertain(
+            Uncertainty::UidMismatch,
+            format!("uid {uid}, the watchdog's is {expect_uid}"),
+        ));
+    }
+    if st.ppid != scanned.ppid && !parent_ok(st.ppid) {
+        return Err(uncertain(
+            Uncertainty::ParentChanged,
+            format!("parent is now {}, was {}", st.ppid, scanned.ppid),
+        ));
+    }
+    Ok(VerifiedPidFd {
+        fd,
+        proc: proc_of(&st, uid),
+    })
+}
+
+/// Binds a process named by a claimed identity (the root controller, a
+/// request's caller): the start time and uid read back must match.
+pub fn bind_ident(ident: Ident) -> Result<VerifiedPidFd, BindError> {
+    let fd = match pidfd_open(ident.pid) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(BindError::Gone),
+        Err(e) => {
+            return Err(uncertain(
+                Uncertainty::PidfdFailed,
+                format!("pidfd_open({}): {e}", ident.pid),
+            ))
+        }
+    };
+    let (st, uid) = read_back(ident.pid)?;
+    if st.is_zombie() {
+        return Err(BindError::Gone);
+    }
+    if st.start_time != ident.start_time {
+        return Err(uncertain(
+            Uncertainty::StartTimeChanged,
+            format!(
+                "pid {} started at {}, not {}",
+                ident.pid, st.start_time, ident.start_time
+            ),
+        ));
+    }
+    if uid != ident.uid {
+        return Err(uncertain(
+            Uncertainty::UidMismatch,
+            format!("uid is {uid}, not {}", ident.uid),
+        ));
+    }
+    Ok(VerifiedPidFd {
+        fd,
+        proc: proc_of(&st, uid),
+    })
+}
+
+/// Binds the caller's own child, which it has not reaped: until it is
+/// reaped its pid cannot name another process, so no read-back is needed
+/// to trust the fd (it is still read for the record).
+pub fn bind_child(pid: i32) -> io::Result<VerifiedPidFd> {
+    let fd = pidfd_open(pid)?;
+    let st = read_stat(pid)?;
+    if st.ppid != nix::unistd::getpid().as_raw() {
+        return Err(io::Error::other(format!(
+            "pid {pid} is not this process's child"
+        )));
+    }
+    let uid = read_uids(pid).map(|u| u.real).unwrap_or(u32::MAX);
+    Ok(VerifiedPidFd {
+        fd,
+        proc: proc_of(&st, uid),
+    })
+}
+
+/// The crate's only way to send a signal. ESRCH (already exited) is Ok:
+/// the pidfd still names the process it was bound to, never a successor.
+pub fn send_signal(target: &VerifiedPidFd, sig: Signal) -> io::Result<()> {
+    // SAFETY: pidfd_send_signal(pidfd, sig, info = NULL, flags = 0).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            target.fd.as_raw_fd(),
+            sig as libc::c_int,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ESRCH) {
+            return Ok(());
+        }
+        return Err(e);
+    }
+    Ok(())
+}

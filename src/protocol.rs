@@ -1,0 +1,635 @@
+//! The request FIFO's and reply FIFOs' wire format (SPEC 3.3).
+//!
+//! A request is one JSON object on one line of at most [`MAX_REQUEST`] bytes
+//! including its newline, so concurrent writers never interleave (PIPE_BUF).
+//! Parsing is two-step: the envelope with every field as raw JSON (so unknown
+//! fields and duplicate keys are caught before anything is believed), then
+//! each field with its own refusal reason.
+
+use serde::de::Error as _;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::audit::record::{Ident, Outcome, Status, StopReason};
+
+/// Request line cap, newline included (PIPE_BUF).
+pub const MAX_REQUEST: usize = 4096;
+/// Protocol version (`v`).
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Most argv entries a request may carry.
+pub const MAX_ARGV: usize = 1024;
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    Spawn,
+    Stop,
+    Close,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Capture {
+    /// Keep the bytes (up to the cap) and return them to the caller.
+    Capture,
+    /// Keep only byte counts and SHA-256 digests.
+    Discard,
+}
+
+/// Why a request was refused. Each is a stable code in replies and records.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalReason {
+    /// Not JSON, not an object, invalid UTF-8, a missing field or a wrong type.
+    Malformed,
+    /// Longer than 4096 bytes with its newline.
+    Oversize,
+    UnknownField,
+    DuplicateKey,
+    BadVersion,
+    BadOp,
+    BadId,
+    BadCaller,
+    BadArgv,
+    RelativeArgv0,
+    BadDeadline,
+    BadCapture,
+    BadName,
+    /// Reply FIFO outside `replies/`, a symlink, not a FIFO, wrong owner or
+    /// mode, or nobody reading it.
+    BadReply,
+    CallerNotAlive,
+    /// The caller's start time or uid is not what the request claims, or
+    /// not the watchdog's uid.
+    CallerMismatch,
+    /// The caller is neither the root controller nor a descendant of the
+    /// watchdog or of the root.
+    CallerNotOwned,
+    DuplicateId,
+    /// The action is stopping or stopped: nothing launches again.
+    Aborted,
+    /// The action is closing.
+    Closed,
+    /// The program does not exist (exec said ENOENT).
+    NotFound,
+    /// The program exists but cannot be executed.
+    NotExecutable,
+    /// fork/pipe/pidfd failed inside the watchdog.
+    SpawnFailed,
+}
+
+impl RefusalReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::Malformed => "malformed",
+            RefusalReason::Oversize => "oversize",
+            RefusalReason::UnknownField => "unknown_field",
+            RefusalReason::DuplicateKey => "duplicate_key",
+            RefusalReason::BadVersion => "bad_version",
+            RefusalReason::BadOp => "bad_op",
+            RefusalReason::BadId => "bad_id",
+            RefusalReason::BadCaller => "bad_caller",
+            RefusalReason::BadArgv => "bad_argv",
+            RefusalReason::RelativeArgv0 => "relative_argv0",
+            RefusalReason::BadDeadline => "bad_deadline",
+            RefusalReason::BadCapture => "bad_capture",
+            RefusalReason::BadName => "bad_name",
+            RefusalReason::BadReply => "bad_reply",
+            RefusalReason::CallerNotAlive => "caller_not_alive",
+            RefusalReason::CallerMismatch => "caller_mismatch",
+            RefusalReason::CallerNotOwned => "caller_not_owned",
+            RefusalReason::DuplicateId => "duplicate_id",
+            RefusalReason::Aborted => "aborted",
+            RefusalReason::Closed => "closed",
+            RefusalReason::NotFound => "not_found",
+            RefusalReason::NotExecutable => "not_executable",
+            RefusalReason::SpawnFailed => "spawn_failed",
+        }
+    }
+}
+
+/// Who sends a request, as the request claims; the watchdog checks it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Caller {
+    pub pid: i32,
+    pub start_time: u64,
+    pub uid: u32,
+}
+
+impl Caller {
+    pub fn ident(self) -> Ident {
+        Ident {
+            pid: self.pid,
+            start_time: self.start_time,
+            uid: self.uid,
+        }
+    }
+}
+
+/// A request as the client writes it.
+#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub v: u32,
+    pub op: Op,
+    pub id: String,
+    pub caller: Caller,
+    pub reply: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub argv: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capture: Option<Capture>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// What a spawn request asks for, once every field has been checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpawnSpec {
+    pub argv: Vec<String>,
+    pub deadline_ms: u64,
+    pub capture: Capture,
+    pub name: Option<String>,
+}
+
+/// A request whose every field has been parsed and checked for shape.
+/// Whether the caller is who it claims is checked later, against `/proc`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParsedRequest {
+    pub op: Op,
+    pub id: String,
+    pub caller: Caller,
+    pub reply: String,
+    pub spawn: Option<SpawnSpec>,
+}
+
+/// A refusal found while parsing, with what was learnt before it (the id and
+/// reply name, so the refusal can still be answered where possible).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: RefusalReason,
+    pub detail: String,
+    pub id: Option<String>,
+    pub reply: Option<String>,
+}
+
+impl Refusal {
+    fn new(reason: RefusalReason, detail: impl Into<String>) -> Self {
+        Refusal {
+            reason,
+            detail: detail.into(),
+            id: None,
+            reply: None,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire<'a> {
+    #[serde(borrow)]
+    v: &'a RawValue,
+    #[serde(borrow)]
+    op: &'a RawValue,
+    #[serde(borrow)]
+    id: &'a RawValue,
+    #[serde(borrow)]
+    caller: &'a RawValue,
+    #[serde(borrow)]
+    reply: &'a RawValue,
+    #[serde(borrow, default)]
+    argv: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    deadline_ms: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    capture: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    name: Option<&'a RawValue>,
+}
+
+/// Only for addressing a refusal of a request that failed the strict parse;
+/// nothing is ever decided from it.
+#[derive(Deserialize)]
+struct Addressing {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    reply: Option<String>,
+}
+
+/// `[A-Za-z0-9_.-]{1,64}`: request ids, job names, run ids.
+pub fn is_token(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// A reply FIFO's name: a token that is not `.` or `..` (no slash possible).
+pub fn is_reply_name(s: &str) -> bool {
+    is_token(s) && s != "." && s != ".."
+}
+
+/// Classifies a serde_json error into the refusal it stands for.
+pub fn json_error_reason(e: &serde_json::Error) -> RefusalReason {
+    let msg = e.to_string();
+    if msg.starts_with("unknown field") {
+        RefusalReason::UnknownField
+    } else if msg.starts_with("duplicate field") {
+        RefusalReason::DuplicateKey
+    } else {
+        RefusalReason::Malformed
+    }
+}
+
+fn field<'de, T: Deserialize<'de>>(
+    raw: &'de RawValue,
+    reason: RefusalReason,
+    what: &str,
+) -> Result<T, Refusal> {
+    serde_json::from_str(raw.get())
+        .map_err(|e| Refusal::new(reason, format!("{what}: {}", bounded(&e.to_string()))))
+}
+
+/// Parses one request line (without its newline). `line` may be any bytes.
+pub fn parse_request(line: &[u8]) -> Result<ParsedRequest, Refusal> {
+    if line.len() + 1 > MAX_REQUEST {
+        return Err(Refusal::new(
+            RefusalReason::Oversize,
+            format!(
+                "request is {} bytes with its newline; the cap is {MAX_REQUEST}",
+                line.len() + 1
+            ),
+        ));
+    }
+    let text = std::str::from_utf8(line)
+        .map_err(|e| Refusal::new(RefusalReason::Malformed, format!("invalid UTF-8: {e}")))?;
+    let wire: Wire = match serde_json::from_str(text) {
+        Ok(w) => w,
+        Err(e) => {
+            let mut r = Refusal::new(json_error_reason(&e), bounded(&e.to_string()));
+            if let Ok(a) = serde_json::from_str::<Addressing>(text) {
+                r.id = a.id.filter(|i| is_token(i));
+                r.reply = a.reply.filter(|n| is_reply_name(n));
+            }
+            return Err(r);
+        }
+    };
+
+    // id and reply first: with them a refusal can be answered.
+    let id: String = field(wire.id, RefusalReason::BadId, "id")?;
+    if !is_token(&id) {
+        return Err(Refusal::new(
+            RefusalReason::BadId,
+            "id must match [A-Za-z0-9_.-]{1,64}",
+        ));
+    }
+    let with_id = |mut r: Refusal| {
+        r.id = Some(id.clone());
+        r
+    };
+    let reply: String = field(wire.reply, RefusalReason::BadReply, "reply").map_err(with_id)?;
+    if !is_reply_name(&reply) {
+        return Err(with_id(Refusal::new(
+            RefusalReason::BadReply,
+            "reply must be a FIFO name inside replies/ ([A-Za-z0-9_.-]{1,64}, no path)",
+        )));
+    }
+    let addressed = |r: Refusal| Refusal {
+        id: Some(id.clone()),
+        reply: Some(reply.clone()),
+        ..r
+    };
+
+    let v: u64 = field(wire.v, RefusalReason::BadVersion, "v").map_err(addressed)?;
+    if v != u64::from(PROTOCOL_VERSION) {
+        return Err(addressed(Refusal::new(
+            RefusalReason::BadVersion,
+            format!("v is {v}; this watchdog speaks {PROTOCOL_VERSION}"),
+        )));
+    }
+    let op: Op = field(wire.op, RefusalReason::BadOp, "op").map_err(addressed)?;
+    let caller: Caller = serde_json::from_str(wire.caller.get()).map_err(|e| {
+        let reason = match json_error_reason(&e) {
+            RefusalReason::Malformed => RefusalReason::BadCaller,
+            other => other,
+        };
+        addressed(Refusal::new(
+            reason,
+            format!("caller: {}", bounded(&e.to_string())),
+        ))
+    })?;
+    if caller.pid <= 0 {
+        return Err(addressed(Refusal::new(
+            RefusalReason::BadCaller,
+            "caller.pid must be positive",
+        )));
+    }
+
+    let spawn = match op {
+        Op::Spawn => Some(parse_spawn(&wire).map_err(addressed)?),
+        Op::Stop | Op::Close => {
+            if wire.argv.is_some()
+                || wire.deadline_ms.is_some()
+                || wire.capture.is_some()
+                || wire.name.is_some()
+            {
+                return Err(addressed(Refusal::new(
+                    RefusalReason::Malformed,
+                    "argv, deadline_ms, capture and name belong to spawn only",
+                )));
+            }
+            None
+        }
+    };
+    Ok(ParsedRequest {
+        op,
+        id,
+        caller,
+        reply,
+        spawn,
+    })
+}
+
+fn parse_spawn(wire: &Wire) -> Result<SpawnSpec, Refusal> {
+    let raw = wire
+        .argv
+        .ok_or_else(|| Refusal::new(RefusalReason::BadArgv, "spawn needs argv"))?;
+    let argv: Vec<String> = field(raw, RefusalReason::BadArgv, "argv")?;
+    if argv.is_empty() || argv.len() > MAX_ARGV {
+        return Err(Refusal::new(
+            RefusalReason::BadArgv,
+            format!("argv must have 1 to {MAX_ARGV} entries"),
+        ));
+    }
+    if argv.iter().any(|a| a.contains('\0')) {
+        return Err(Refusal::new(
+            RefusalReason::BadArgv,
+            "argv entries may not contain NUL",
+        ));
+    }
+    if !argv[0].starts_with('/') {
+        return Err(Refusal::new(
+            RefusalReason::RelativeArgv0,
+            format!(
+                "argv[0] must be an absolute path, got {:?}",
+                bounded(&argv[0])
+            ),
+        ));
+    }
+    let raw = wire
+        .deadline_ms
+        .ok_or_else(|| Refusal::new(RefusalReason::BadDeadline, "spawn needs deadline_ms"))?;
+    let deadline_ms: u64 = field(raw, RefusalReason::BadDeadline, "deadline_ms")?;
+    if deadline_ms == 0 {
+        return Err(Refusal::new(
+            RefusalReason::BadDeadline,
+            "deadline_ms must be positive",
+        ));
+    }
+    let raw = wire
+        .capture
+        .ok_or_else(|| Refusal::new(RefusalReason::BadCapture, "spawn needs capture"))?;
+    let capture: Capture = field(raw, RefusalReason::BadCapture, "capture")?;
+    let name = match wire.name {
+        None => None,
+        Some(raw) => {
+            let n: String = field(raw, RefusalReason::BadName, "name")?;
+            if !is_token(&n) {
+                return Err(Refusal::new(
+                    RefusalReason::BadName,
+                    "name must match [A-Za-z0-9_.-]{1,64}",
+                ));
+            }
+            Some(n)
+        }
+    };
+    Ok(SpawnSpec {
+        argv,
+        deadline_ms,
+        capture,
+        name,
+    })
+}
+
+/// Cuts a diagnostic to a bounded length (records and replies stay small).
+pub fn bounded(s: &str) -> String {
+    const MAX: usize = 200;
+    if s.len() <= MAX {
+        return s.to_string();
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// One stream of a finished job, as the caller sees it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StreamReply {
+    pub bytes: u64,
+    pub sha256: String,
+    /// The kept bytes, base64; present only with `capture`.
+    pub data_b64: Option<String>,
+}
+
+/// A line on a reply FIFO. A spawn gets `accepted` or `refused`, then
+/// `exited` or `stopped`; `stop` gets `stop_complete`; `close` gets `closed`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Reply {
+    Accepted {
+        v: u32,
+        id: String,
+        job: u64,
+        pid: i32,
+        start_time: u64,
+    },
+    Refused {
+        v: u32,
+        id: Option<String>,
+        reason: RefusalReason,
+        detail: String,
+    },
+    Exited {
+        v: u32,
+        id: String,
+        job: u64,
+        status: Status,
+        duration_ms: u64,
+        output_capped: bool,
+        stdout: StreamReply,
+        stderr: StreamReply,
+    },
+    Stopped {
+        v: u32,
+        id: String,
+        job: u64,
+        reason: StopReason,
+        status: Status,
+        duration_ms: u64,
+        output_capped: bool,
+        stdout: StreamReply,
+        stderr: StreamReply,
+    },
+    StopComplete {
+        v: u32,
+        id: String,
+        reason: StopReason,
+        quiescent: bool,
+    },
+    Closed {
+        v: u32,
+        id: String,
+        outcome: Outcome,
+        stop_reason: Option<StopReason>,
+        positive: bool,
+        head: String,
+        audit_log: String,
+    },
+}
+
+impl Reply {
+    /// Serialises with the trailing newline.
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec(self).unwrap_or_else(|e| {
+            // Serialising these plain structs cannot fail; keep the invariant
+            // visible instead of panicking.
+            format!("{{\"type\":\"refused\",\"v\":1,\"id\":null,\"reason\":\"malformed\",\"detail\":{:?}}}", e.to_string()).into_bytes()
+        });
+        v.push(b'\n');
+        v
+    }
+
+    pub fn parse(line: &str) -> serde_json::Result<Reply> {
+        let r: Reply = serde_json::from_str(line)?;
+        if r.version() != PROTOCOL_VERSION {
+            return Err(serde_json::Error::custom("unsupported reply version"));
+        }
+        Ok(r)
+    }
+
+    fn version(&self) -> u32 {
+        match self {
+            Reply::Accepted { v, .. }
+            | Reply::Refused { v, .. }
+            | Reply::Exited { v, .. }
+            | Reply::Stopped { v, .. }
+            | Reply::StopComplete { v, .. }
+            | Reply::Closed { v, .. } => *v,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spawn_line(extra: &str) -> String {
+        format!(
+            r#"{{"v":1,"op":"spawn","id":"a1","caller":{{"pid":5,"start_time":7,"uid":0}},"reply":"r1","argv":["/bin/true"],"deadline_ms":1000,"capture":"discard"{extra}}}"#
+        )
+    }
+
+    fn reason(line: &str) -> RefusalReason {
+        parse_request(line.as_bytes()).unwrap_err().reason
+    }
+
+    #[test]
+    fn good_spawn_parses() {
+        let r = parse_request(spawn_line(r#","name":"install""#).as_bytes()).unwrap();
+        assert_eq!(r.op, Op::Spawn);
+        assert_eq!(r.caller.pid, 5);
+        let s = r.spawn.unwrap();
+        assert_eq!(s.argv, vec!["/bin/true"]);
+        assert_eq!(s.name.as_deref(), Some("install"));
+    }
+
+    #[test]
+    fn each_shape_error_has_its_reason() {
+        assert_eq!(reason("not json"), RefusalReason::Malformed);
+        assert_eq!(
+            reason(&spawn_line(r#","x":1"#)),
+            RefusalReason::UnknownField
+        );
+        assert_eq!(
+            reason(&spawn_line(r#","id":"b""#)),
+            RefusalReason::DuplicateKey
+        );
+        assert_eq!(
+            reason(&spawn_line("").replace("\"a1\"", "\"a b\"")),
+            RefusalReason::BadId
+        );
+        assert_eq!(
+            reason(&spawn_line("").replace("\"r1\"", "\"../x\"")),
+            RefusalReason::BadReply
+        );
+        assert_eq!(
+            reason(&spawn_line("").replace("\"v\":1", "\"v\":2")),
+            RefusalReason::BadVersion
+        );
+        assert_eq!(
+            reason(&spawn_line("").replace("\"spawn\"", "\"run\"")),
+            RefusalReason::BadOp
+        );
+        assert_eq!(
+            reason(&spawn_line("").replace("[\"/bin/true\"]", "[]")),
+            RefusalReason::BadArgv
+        );
+        assert_eq!(
+            reason(&spawn_line("").replace("/bin/true", "true")),
+            RefusalReason::RelativeArgv0
+        );
+        assert_eq!(
+            reason(&spawn_line("").replace(":1000", ":0")),
+            RefusalReason::BadDeadline
+        );
+        assert_eq!(
+            reason(&spawn_line("").replace(":1000", ":1.5")),
+            RefusalReason::BadDeadline
+        );
+        assert_eq!(
+            reason(&spawn_line("").replace(":1000", ":-4")),
+            RefusalReason::BadDeadline
+        );
+        assert_eq!(
+            reason(&spawn_line("").replace("\"discard\"", "\"keep\"")),
+            RefusalReason::BadCapture
+        );
+        assert_eq!(
+            reason(&spawn_line(r#","name":"a/b""#)),
+            RefusalReason::BadName
+        );
+        assert_eq!(
+            reason(&spawn_line("").replace("\"pid\":5", "\"pid\":\"5\"")),
+            RefusalReason::BadCaller
+        );
+        let big = spawn_line(&format!(r#","name":"{}""#, "n".repeat(5000)));
+        assert_eq!(reason(&big), RefusalReason::Oversize);
+        assert_eq!(
+            parse_request(b"{\"v\":1,\xff}").unwrap_err().reason,
+            RefusalReason::Malformed
+        );
+    }
+
+    #[test]
+    fn refusals_keep_the_address_when_they_can() {
+        let r = parse_request(spawn_line(r#","x":1"#).as_bytes()).unwrap_err();
+        assert_eq!(r.id.as_deref(), Some("a1"));
+        assert_eq!(r.reply.as_deref(), Some("r1"));
+        let r = parse_request(spawn_line("").replace(":1000", ":0").as_bytes()).unwrap_err();
+        assert_eq!(r.reply.as_deref(), Some("r1"));
+    }
+
+    #[test]
+    fn stop_takes_no_spawn_fields() {
+        let line =
+            r#"{"v":1,"op":"stop","id":"s","caller":{"pid":5,"start_time":7,"uid":0},"reply":"r"}"#;
+        assert_eq!(parse_request(line.as_bytes()).unwrap().op, Op::Stop);
+        let bad = line.replace("\"reply\":\"r\"", "\"reply\":\"r\",\"argv\":[\"/x\"]");
+        assert_eq!(reason(&bad), RefusalReason::Malformed);
+    }
+}
