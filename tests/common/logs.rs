@@ -1,0 +1,1 @@
+//! Building audit logs with the library writer, for verify tests.

@@ -1,0 +1,6 @@
+//! Shared test support. Each integration test file does `mod common;` and
+//! uses what it needs.
+#![allow(dead_code)]
+
+pub mod logs;
+pub mod schema;

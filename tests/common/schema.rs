@@ -1,0 +1,1 @@
+//! Validating records, requests, replies and verdicts against audit-schema/.
