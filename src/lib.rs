@@ -5,7 +5,10 @@
 //! and derives whether the staging directory may be deleted.
 
 pub mod audit;
+pub mod b64;
 pub mod clock;
 pub mod inventory;
 pub mod process;
 pub mod protocol;
+pub mod units;
+pub mod watchdog;

@@ -1,0 +1,66 @@
+//! Who may ask (SPEC 3.3): the root controller, or an actual descendant of
+//! the watchdog or of the root, with the watchdog's uid and exactly the
+//! start time the request claims.
+
+use crate::audit::record::Ident;
+use crate::process::identity::{is_gone, read_stat};
+use crate::process::pidfd::{bind_ident, BindError, VerifiedPidFd};
+use crate::protocol::{Caller, RefusalReason};
+
+/// Longest PPID chain walked before giving up (refused, never a hang).
+const MAX_ANCESTRY: usize = 4096;
+
+pub enum Verified {
+    /// The caller is the root controller (already bound at start).
+    Root,
+    /// A bound descendant of the watchdog or of the root.
+    Bound(VerifiedPidFd),
+}
+
+pub type Refused = (RefusalReason, String);
+
+/// Binds the claimed caller (pidfd first, then read back), then walks its
+/// PPID links up to the watchdog or the root.
+pub fn verify(claim: Caller, me: Ident, root: Ident) -> Result<Verified, Refused> {
+    if claim.uid != me.uid {
+        return Err((
+            RefusalReason::CallerMismatch,
+            format!("caller uid {} is not the watchdog's uid {}", claim.uid, me.uid),
+        ));
+    }
+    let fd = match bind_ident(claim.ident()) {
+        Ok(fd) => fd,
+        Err(BindError::Gone) => {
+            return Err((RefusalReason::CallerNotAlive, format!("caller pid {} is not alive", claim.pid)))
+        }
+        Err(BindError::Uncertain { detail, .. }) => return Err((RefusalReason::CallerMismatch, detail)),
+    };
+    if claim.ident() == root {
+        return Ok(Verified::Root);
+    }
+    let mut pid = fd.proc().ppid;
+    for _ in 0..MAX_ANCESTRY {
+        if pid == me.pid {
+            return Ok(Verified::Bound(fd));
+        }
+        if pid <= 1 {
+            break;
+        }
+        let st = match read_stat(pid) {
+            Ok(st) => st,
+            Err(e) if is_gone(&e) => break,
+            Err(e) => return Err((RefusalReason::CallerNotOwned, format!("cannot read /proc/{pid}: {e}"))),
+        };
+        if pid == root.pid && st.start_time == root.start_time {
+            return Ok(Verified::Bound(fd));
+        }
+        pid = st.ppid;
+    }
+    Err((
+        RefusalReason::CallerNotOwned,
+        format!(
+            "caller pid {} descends from neither the watchdog ({}) nor the root controller ({})",
+            claim.pid, me.pid, root.pid
+        ),
+    ))
+}

@@ -1,0 +1,222 @@
+//! The stop procedure (SPEC 3.5), all of it, in one place.
+//!
+//! ```text
+//! trigger ─► TERM stage (grace) ─► KILL stage (bound) ─► done
+//!            scan, bind, verify,    scan, bind, verify,
+//!            SIGTERM+SIGCONT to     SIGKILL to every
+//!            every newcomer         newcomer; reap
+//! ```
+//!
+//! Every step first reaps (jobs through their own pidfds, adopted orphans
+//! by the pid a `WNOWAIT` peek returned), then checks for the end: `waitid`
+//! says ECHILD *and* a `/proc` scan finds no descendant. The TERM stage ends
+//! early when that holds; the KILL stage repeats sweeps until it holds or
+//! the kill bound runs out (the proof then fails). A sweep's record is made
+//! durable before any of its signals is sent; only verified pidfds are
+//! signalled; "already signalled" is keyed by (pid, start time).
+//!
+//! The loop calls [`Stopper::step`] on every wake-up while stopping (SIGCHLD,
+//! pidfds, or the instant the previous step asked for). Rescans are timed
+//! because a process forked just before a sweep and orphaned afterwards
+//! produces no event for the watchdog.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::audit::record::{
+    Event, Ident, Link, Proc, SignalFailed, SignalSweep, Sig, Stage, StopCompleted, StopReason, Uncertainty,
+};
+use crate::clock::millis;
+use crate::process::identity::Stat;
+use crate::process::pidfd::{bind, send_signal, BindError, VerifiedPidFd};
+use crate::process::reap::Peek;
+use crate::process::scan::descendants;
+
+/// Rescan interval while waiting out the TERM grace.
+const TERM_RESCAN: Duration = Duration::from_millis(10);
+/// Rescan interval between KILL sweeps (SIGCHLD usually wakes us sooner).
+const KILL_RESCAN: Duration = Duration::from_millis(4);
+/// Targets (and other closure members) per sweep record part; keeps lines
+/// far below the audit line cap.
+const PART: usize = 2048;
+
+/// What the stop procedure needs from the event loop.
+pub trait StopHost {
+    /// The watchdog's own identity (root of the closure, uid to match).
+    fn me(&self) -> Ident;
+    /// Appends a record (durable at the next `sync`).
+    fn append(&mut self, ev: Event);
+    /// Makes appended records durable. Signals go out even if this fails:
+    /// stopping everything comes before the evidence.
+    fn sync(&mut self);
+    /// Reaps every waitable child and returns what `waitid` says after.
+    fn reap(&mut self) -> Peek;
+    /// Records a live descendant that could not be proven (once per process).
+    fn uncertain(&mut self, st: &Stat, reason: Uncertainty, detail: String);
+}
+
+pub enum Step {
+    /// Call again at this instant (or sooner, on any event).
+    Wait(Instant),
+    Done(StopCompleted),
+}
+
+type Key = (i32, u64);
+
+pub struct Stopper {
+    pub reason: StopReason,
+    started: Instant,
+    grace_until: Instant,
+    kill_until: Instant,
+    stage: Stage,
+    sweeps: u32,
+    termed: HashSet<Key>,
+    killed: HashSet<Key>,
+    uncertain: HashSet<Key>,
+    /// Every process signalled, until it is seen to have exited.
+    held: HashMap<Key, VerifiedPidFd>,
+}
+
+impl Stopper {
+    pub fn new(reason: StopReason, now: Instant, grace: Duration, kill_bound: Duration) -> Stopper {
+        let grace_until = now + grace;
+        Stopper {
+            reason,
+            started: now,
+            grace_until,
+            kill_until: grace_until + kill_bound,
+            stage: if grace.is_zero() { Stage::Kill } else { Stage::Term },
+            sweeps: 0,
+            termed: HashSet::new(),
+            killed: HashSet::new(),
+            uncertain: HashSet::new(),
+            held: HashMap::new(),
+        }
+    }
+
+    /// One step of the procedure. Never blocks.
+    pub fn step(&mut self, host: &mut impl StopHost, now: Instant) -> Step {
+        let peek = host.reap();
+        let me = host.me();
+        let (scan, scan_error) = match descendants(me.pid) {
+            Ok(s) => (s, None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        self.held.retain(|_, fd| !fd.has_exited());
+        let echild = peek == Peek::NoChildren;
+        if echild && scan.is_empty() && scan_error.is_none() {
+            return Step::Done(self.completed(now, true, true, 0));
+        }
+        if self.stage == Stage::Term && now >= self.grace_until {
+            self.stage = Stage::Kill;
+        }
+        if self.stage == Stage::Kill && now >= self.kill_until {
+            let left = scan.iter().filter(|s| !s.is_zombie()).count() as u64;
+            return Step::Done(self.completed(now, echild, scan.is_empty() && scan_error.is_none(), left));
+        }
+        self.sweep(host, &scan);
+        let next = match self.stage {
+            Stage::Term => (now + TERM_RESCAN).min(self.grace_until),
+            Stage::Kill => (now + KILL_RESCAN).min(self.kill_until),
+        };
+        Step::Wait(next)
+    }
+
+    /// Bind and verify every live closure member not yet signalled in this
+    /// stage, record the sweep durably, then signal.
+    fn sweep(&mut self, host: &mut impl StopHost, scan: &[Stat]) {
+        let me = host.me();
+        let members: HashSet<i32> = scan.iter().map(|s| s.pid).collect();
+        let parent_ok = |p: i32| p == me.pid || members.contains(&p);
+        let stage = self.stage;
+        let mut targets: Vec<VerifiedPidFd> = Vec::new();
+        let mut others: Vec<Link> = Vec::new();
+        for st in scan {
+            let key = (st.pid, st.start_time);
+            let done = match stage {
+                Stage::Term => self.termed.contains(&key) || self.killed.contains(&key),
+                Stage::Kill => self.killed.contains(&key),
+            };
+            if st.is_zombie() || done || self.uncertain.contains(&key) {
+                others.push(Link { pid: st.pid, ppid: st.ppid });
+                continue;
+            }
+            match bind(st, me.uid, parent_ok) {
+                Ok(fd) => targets.push(fd),
+                Err(BindError::Gone) => others.push(Link { pid: st.pid, ppid: st.ppid }),
+                Err(BindError::Uncertain { reason, detail }) => {
+                    others.push(Link { pid: st.pid, ppid: st.ppid });
+                    self.uncertain.insert(key);
+                    host.uncertain(st, reason, detail);
+                }
+            }
+        }
+        if targets.is_empty() {
+            host.sync();
+            return;
+        }
+        self.sweeps += 1;
+        let signals: &[Sig] = match stage {
+            Stage::Term => &[Sig::Term, Sig::Cont],
+            Stage::Kill => &[Sig::Kill],
+        };
+        let procs: Vec<Proc> = targets.iter().map(|t| t.proc().clone()).collect();
+        let parts = procs.len().div_ceil(PART).max(others.len().div_ceil(PART)).max(1);
+        fn chunk<T: Clone>(v: &[T], i: usize) -> Vec<T> {
+            v.iter().skip(i * PART).take(PART).cloned().collect()
+        }
+        for part in 0..parts {
+            host.append(Event::SignalSweep(SignalSweep {
+                sweep: self.sweeps,
+                part: part as u32,
+                stage,
+                signals: signals.to_vec(),
+                targets: chunk(&procs, part),
+                others: chunk(&others, part),
+            }));
+        }
+        host.sync();
+        for t in targets {
+            let key = (t.pid(), t.proc().start_time);
+            for &sig in signals {
+                let s = match sig {
+                    Sig::Term => Signal::SIGTERM,
+                    Sig::Cont => Signal::SIGCONT,
+                    Sig::Kill => Signal::SIGKILL,
+                };
+                if let Err(e) = send_signal(&t, s) {
+                    host.append(Event::SignalFailed(SignalFailed {
+                        sweep: self.sweeps,
+                        target: t.ident(),
+                        signal: sig,
+                        errno: e.raw_os_error().unwrap_or(0),
+                    }));
+                }
+            }
+            match stage {
+                Stage::Term => self.termed.insert(key),
+                Stage::Kill => self.killed.insert(key),
+            };
+            self.held.insert(key, t);
+        }
+    }
+
+    fn completed(&mut self, now: Instant, echild: bool, scan_empty: bool, left: u64) -> StopCompleted {
+        StopCompleted {
+            reason: self.reason,
+            sweeps: self.sweeps,
+            elapsed_ms: millis(now - self.started),
+            echild,
+            scan_empty,
+            left,
+        }
+    }
+
+    /// Every pidfd the stop procedure bound reports its process exited.
+    pub fn held_exited(&mut self) -> bool {
+        self.held.retain(|_, fd| !fd.has_exited());
+        self.held.is_empty()
+    }
+}

@@ -1,0 +1,55 @@
+//! What one action is allowed to do: bounds and paths, fixed at start.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::audit::record::{Bounds, Mode};
+use crate::clock::millis;
+
+/// SPEC 3.9 defaults.
+pub const DEFAULT_TERM_GRACE: Duration = Duration::from_millis(500);
+pub const DEFAULT_KILL_BOUND: Duration = Duration::from_secs(3);
+pub const DEFAULT_OUTPUT_CAP: u64 = 64 * 1024;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub mode: Mode,
+    pub run_id: String,
+    pub state_dir: PathBuf,
+    pub audit_log: PathBuf,
+    pub staging: Option<PathBuf>,
+    pub action_deadline: Option<Duration>,
+    pub term_grace: Duration,
+    pub kill_bound: Duration,
+    /// Combined stdout+stderr bytes per job; `None` is uncapped (exec default).
+    pub output_cap: Option<u64>,
+    pub pass_env: Vec<String>,
+}
+
+impl Config {
+    pub fn bounds(&self) -> Bounds {
+        Bounds {
+            action_deadline_ms: self.action_deadline.map(millis),
+            term_grace_ms: millis(self.term_grace),
+            kill_bound_ms: millis(self.kill_bound),
+            output_cap: self.output_cap,
+        }
+    }
+}
+
+/// A fresh run id: UTC time, pid and 48 random bits (`[A-Za-z0-9_.-]`).
+pub fn new_run_id() -> String {
+    let mut rnd = [0u8; 6];
+    // SAFETY: getrandom writes at most rnd.len() bytes into rnd.
+    let n = unsafe { libc::getrandom(rnd.as_mut_ptr().cast(), rnd.len(), 0) };
+    if n != rnd.len() as isize {
+        // Fall back to the monotonic clock: uniqueness, not secrecy, is needed.
+        rnd.copy_from_slice(&crate::clock::mono_ns().to_le_bytes()[..6]);
+    }
+    format!(
+        "{}-{}-{}",
+        chrono::Utc::now().format("%Y%m%dT%H%M%SZ"),
+        std::process::id(),
+        crate::audit::chain::hex(&rnd)
+    )
+}

@@ -1,0 +1,110 @@
+//! One job: its leader's pidfd, its caller, its output and its deadline.
+
+use std::fs::File;
+use std::time::Instant;
+
+use sha2::{Digest, Sha256};
+
+use crate::audit::chain::hex;
+use crate::audit::record::{Status, StreamSummary};
+use crate::b64;
+use crate::process::pidfd::VerifiedPidFd;
+use crate::protocol::{Capture, StreamReply};
+
+/// One of a job's two output streams. Every byte read is counted and
+/// hashed; with `capture`, bytes are kept while the job's combined total is
+/// within the cap.
+pub struct Output {
+    pub pipe: Option<File>,
+    pub bytes: u64,
+    hasher: Sha256,
+    pub kept: Vec<u8>,
+    /// exec mode: reading paused until the passthrough sink drains.
+    pub paused: bool,
+}
+
+impl Output {
+    pub fn new(pipe: File) -> Output {
+        Output {
+            pipe: Some(pipe),
+            bytes: 0,
+            hasher: Sha256::new(),
+            kept: Vec::new(),
+            paused: false,
+        }
+    }
+
+    pub fn summary(&self) -> StreamSummary {
+        StreamSummary {
+            bytes: self.bytes,
+            sha256: hex(&self.hasher.clone().finalize()),
+        }
+    }
+}
+
+/// Where a job's final reply goes.
+pub struct ReplyTo {
+    pub chan: u64,
+    pub id: String,
+}
+
+pub struct Job {
+    pub num: u64,
+    pub id: String,
+    pub leader: VerifiedPidFd,
+    /// The job's own session (= its leader's pid).
+    pub sid: i32,
+    pub started: Instant,
+    pub deadline: Option<Instant>,
+    /// A caller other than the root, bound while the job runs.
+    pub caller: Option<VerifiedPidFd>,
+    pub reply: Option<ReplyTo>,
+    pub capture: Capture,
+    /// exec mode: output is forwarded to the watchdog's own stdout/stderr.
+    pub passthrough: bool,
+    pub out: [Output; 2],
+    pub cap: Option<u64>,
+    pub capped: bool,
+    /// Set when the leader has been reaped.
+    pub status: Option<Status>,
+}
+
+impl Job {
+    pub fn running(&self) -> bool {
+        self.status.is_none()
+    }
+
+    pub fn total(&self) -> u64 {
+        self.out[0].bytes + self.out[1].bytes
+    }
+
+    /// Accounts bytes read from stream `i`. Returns true exactly once: when
+    /// these bytes take the job past its cap (excess output).
+    pub fn take(&mut self, i: usize, data: &[u8]) -> bool {
+        let before = self.total();
+        let o = &mut self.out[i];
+        o.bytes += data.len() as u64;
+        o.hasher.update(data);
+        if self.capture == Capture::Capture {
+            let room = self.cap.map_or(usize::MAX, |c| c.saturating_sub(before) as usize);
+            let keep = data.len().min(room);
+            self.out[i].kept.extend_from_slice(&data[..keep]);
+        }
+        match self.cap {
+            Some(cap) if !self.capped && self.total() > cap => {
+                self.capped = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn stream_reply(&self, i: usize) -> StreamReply {
+        let s = self.out[i].summary();
+        StreamReply {
+            bytes: s.bytes,
+            sha256: s.sha256,
+            data_b64: (self.capture == Capture::Capture).then(|| b64::encode(&self.out[i].kept)),
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Reply FIFOs: validated before they are opened, written without ever
+//! blocking the loop.
+//!
+//! A reply FIFO is named by the request and must be a FIFO directly inside
+//! `replies/`, not a symlink, owned by the watchdog's uid, mode 0600, with a
+//! reader (the caller opens it before sending). Replies larger than the pipe
+//! buffer (captured output) are queued and flushed as the FIFO drains.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+
+use mio::unix::SourceFd;
+use mio::{Interest, Registry, Token};
+use nix::fcntl::{openat, AtFlags, OFlag};
+use nix::sys::stat::{fstat, fstatat, Mode};
+
+use crate::protocol::Reply;
+
+/// Tokens at and above this belong to reply channels.
+pub const REPLY_TOKEN_BASE: usize = 1 << 40;
+
+struct Chan {
+    file: File,
+    queue: Vec<u8>,
+    registered: bool,
+    /// Close once the queue is flushed.
+    last: bool,
+}
+
+#[derive(Default)]
+pub struct Replies {
+    chans: HashMap<u64, Chan>,
+    next: u64,
+}
+
+/// Why a reply FIFO is refused or failed.
+pub type ReplyError = String;
+
+impl Replies {
+    /// Validates and opens `replies/NAME` for writing.
+    pub fn open(&mut self, dir: BorrowedFd<'_>, name: &str, uid: u32) -> Result<u64, ReplyError> {
+        let st = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map_err(|e| format!("replies/{name}: {}", e.desc()))?;
+        let kind = st.st_mode & libc::S_IFMT;
+        if kind == libc::S_IFLNK {
+            return Err(format!("replies/{name} is a symlink"));
+        }
+        if kind != libc::S_IFIFO {
+            return Err(format!("replies/{name} is not a FIFO"));
+        }
+        if st.st_uid != uid {
+            return Err(format!("replies/{name} is owned by uid {}, not {uid}", st.st_uid));
+        }
+        if st.st_mode & 0o777 != 0o600 {
+            return Err(format!("replies/{name} has mode {:o}, must be 600", st.st_mode & 0o777));
+        }
+        let fd = openat(
+            dir,
+            name,
+            OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            nix::errno::Errno::ENXIO => format!("replies/{name}: nobody is reading it"),
+            e => format!("replies/{name}: {}", e.desc()),
+        })?;
+        let st2 = fstat(&fd).map_err(|e| e.desc().to_string())?;
+        if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino) {
+            return Err(format!("replies/{name} was replaced while being opened"));
+        }
+        let id = self.next;
+        self.next += 1;
+        self.chans.insert(
+            id,
+            Chan {
+                file: File::from(fd),
+                queue: Vec::new(),
+                registered: false,
+                last: false,
+            },
+        );
+        Ok(id)
+    }
+
+    pub fn token(chan: u64) -> Token {
+        Token(REPLY_TOKEN_BASE + chan as usize)
+    }
+
+    pub fn chan_of(token: Token) -> Option<u64> {
+        token.0.checked_sub(REPLY_TOKEN_BASE).map(|c| c as u64)
+    }
+
+    /// Queues a reply and writes what the FIFO takes now. `last` closes the
+    /// channel once everything is written. An error means the caller is
+    /// gone (EPIPE) or the FIFO broke; the channel is then dropped.
+    pub fn send(&mut self, reg: &Registry, chan: u64, reply: &Reply, last: bool) -> Result<(), ReplyError> {
+        let Some(c) = self.chans.get_mut(&chan) else {
+            return Err("reply channel already closed".into());
+        };
+        c.queue.extend_from_slice(&reply.to_line());
+        c.last |= last;
+        self.flush(reg, chan)
+    }
+
+    /// Writes queued bytes until the FIFO is full; called again when writable.
+    pub fn flush(&mut self, reg: &Registry, chan: u64) -> Result<(), ReplyError> {
+        let Some(c) = self.chans.get_mut(&chan) else {
+            return Ok(());
+        };
+        let mut result = Ok(());
+        while !c.queue.is_empty() {
+            match c.file.write(&c.queue) {
+                Ok(n) => {
+                    c.queue.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    result = Err(format!("reply FIFO: {e}"));
+                    c.queue.clear();
+                    c.last = true;
+                    break;
+                }
+            }
+        }
+        if c.queue.is_empty() && c.last {
+            self.close(reg, chan);
+        } else if !c.queue.is_empty() && !c.registered {
+            let fd = c.file.as_fd().as_raw_fd();
+            reg.register(&mut SourceFd(&fd), Self::token(chan), Interest::WRITABLE)
+                .map_err(|e| format!("cannot poll reply FIFO: {e}"))?;
+            c.registered = true;
+        }
+        result
+    }
+
+    pub fn close(&mut self, reg: &Registry, chan: u64) {
+        if let Some(c) = self.chans.remove(&chan) {
+            if c.registered {
+                let fd = c.file.as_fd().as_raw_fd();
+                let _ = reg.deregister(&mut SourceFd(&fd));
+            }
+        }
+    }
+
+    /// Blocks (bounded) until queued replies are written: used once, at exit.
+    pub fn drain_all(&mut self, reg: &Registry, within: std::time::Duration) {
+        let until = std::time::Instant::now() + within;
+        let chans: Vec<u64> = self.chans.keys().copied().collect();
+        for chan in chans {
+            while self.chans.get(&chan).is_some_and(|c| !c.queue.is_empty()) && std::time::Instant::now() < until {
+                if self.flush(reg, chan).is_err() {
+                    break;
+                }
+                if let Some(c) = self.chans.get(&chan) {
+                    if !c.queue.is_empty() {
+                        let mut p = libc::pollfd {
+                            fd: c.file.as_raw_fd(),
+                            events: libc::POLLOUT,
+                            revents: 0,
+                        };
+                        // SAFETY: one valid pollfd.
+                        unsafe { libc::poll(&mut p, 1, 50) };
+                    }
+                }
+            }
+            self.close(reg, chan);
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Starting one job as the watchdog's own child (SPEC 3.4).
+//!
+//! In the child, before exec: its own session, SIGKILL on parent death,
+//! exit at once if the parent is already gone (the pre-exec race
+//! bubblewrap fixed), no new privileges, default signal dispositions and an
+//! empty mask, the original descriptor limit, stdin from /dev/null, stdout
+//! and stderr to pipes, every other descriptor close-on-exec. The leader's
+//! pidfd is opened before the watchdog could ever reap it.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+
+use crate::process::identity::read_stat;
+use crate::process::pidfd::{bind_child, VerifiedPidFd};
+use crate::protocol::RefusalReason;
+
+pub struct Spawned {
+    pub leader: VerifiedPidFd,
+    /// Read back after exec: the leader's session (its own pid) and parent.
+    pub sid: i32,
+    pub ppid: i32,
+    pub stdout: File,
+    pub stderr: File,
+}
+
+#[derive(Debug)]
+pub struct SpawnError {
+    pub errno: i32,
+    pub reason: RefusalReason,
+    pub detail: String,
+}
+
+/// What the child gets: argv, the complete environment, and the limit to restore.
+pub struct Launch<'a> {
+    pub argv: &'a [OsString],
+    pub env: &'a [(OsString, OsString)],
+    pub watchdog_pid: i32,
+    pub nofile: libc::rlimit,
+}
+
+fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
+    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok(())
+}
+
+/// Runs between fork and exec: only async-signal-safe calls, no allocation.
+fn child_setup(parent: libc::pid_t, nofile: libc::rlimit) -> io::Result<()> {
+    // SAFETY: plain syscalls on this (single-threaded, just forked) process.
+    unsafe {
+        if libc::setsid() < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::getppid() != parent {
+            // The watchdog died before PDEATHSIG was armed: never run unowned.
+            libc::_exit(125);
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for sig in 1..=64 {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                libc::signal(sig, libc::SIG_DFL); // glibc-reserved ones fail; fine
+            }
+        }
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        libc::setrlimit(libc::RLIMIT_NOFILE, &nofile);
+        // Anything inherited by accident is closed at exec (CLOSE_RANGE_CLOEXEC).
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+    }
+    Ok(())
+}
+
+fn classify(e: &io::Error) -> SpawnError {
+    let errno = e.raw_os_error().unwrap_or(0);
+    let reason = match errno {
+        libc::ENOENT | libc::ENOTDIR => RefusalReason::NotFound,
+        libc::EACCES | libc::ENOEXEC | libc::EISDIR | libc::EPERM | libc::ETXTBSY | libc::ELOOP => {
+            RefusalReason::NotExecutable
+        }
+        _ => RefusalReason::SpawnFailed,
+    };
+    SpawnError {
+        errno,
+        reason,
+        detail: e.to_string(),
+    }
+}
+
+pub fn spawn(l: &Launch<'_>) -> Result<Spawned, SpawnError> {
+    let (prog, args) = l.argv.split_first().ok_or_else(|| SpawnError {
+        errno: libc::EINVAL,
+        reason: RefusalReason::BadArgv,
+        detail: "empty argv".into(),
+    })?;
+    let mut cmd = Command::new(prog);
+    cmd.args(args)
+        .env_clear()
+        .envs(l.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (parent, nofile) = (l.watchdog_pid, l.nofile);
+    // SAFETY: child_setup only makes async-signal-safe calls.
+    unsafe {
+        cmd.pre_exec(move || child_setup(parent, nofile));
+    }
+    // std's spawn returns once exec succeeded (or reaps the child and returns
+    // exec's errno), so the setup above has happened when we read /proc.
+    let mut child = cmd.spawn().map_err(|e| classify(&e))?;
+    let pid = child.id() as i32;
+    let internal = |what: &str, e: io::Error| SpawnError {
+        errno: e.raw_os_error().unwrap_or(0),
+        reason: RefusalReason::SpawnFailed,
+        detail: format!("{what}: {e}"),
+    };
+    let leader = bind_child(pid).map_err(|e| internal("pidfd_open", e))?;
+    let st = read_stat(pid).map_err(|e| internal("reading /proc after exec", e))?;
+    let stdout: OwnedFd = child
+        .stdout
+        .take()
+        .ok_or_else(|| internal("stdout pipe", io::Error::other("missing")))?
+        .into();
+    let stderr: OwnedFd = child
+        .stderr
+        .take()
+        .ok_or_else(|| internal("stderr pipe", io::Error::other("missing")))?
+        .into();
+    set_nonblocking(&stdout).map_err(|e| internal("stdout pipe", e))?;
+    set_nonblocking(&stderr).map_err(|e| internal("stderr pipe", e))?;
+    // `child` is dropped without wait(): the watchdog reaps through the pidfd.
+    Ok(Spawned {
+        leader,
+        sid: st.sid,
+        ppid: st.ppid,
+        stdout: File::from(stdout),
+        stderr: File::from(stderr),
+    })
+}
