@@ -6,6 +6,7 @@
 
 pub mod audit;
 pub mod b64;
+pub mod client;
 pub mod clock;
 pub mod inventory;
 pub mod process;

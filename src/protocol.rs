@@ -199,14 +199,20 @@ struct Wire<'a> {
     caller: &'a RawValue,
     #[serde(borrow)]
     reply: &'a RawValue,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "present")]
     argv: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "present")]
     deadline_ms: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "present")]
     capture: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "present")]
     name: Option<&'a RawValue>,
+}
+
+/// An optional field that is present, even as `null`: an explicit `null`
+/// is a wrong type for its field, not an absent field.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
 }
 
 /// Only for addressing a refusal of a request that failed the strict parse;
@@ -631,5 +637,27 @@ mod tests {
         assert_eq!(parse_request(line.as_bytes()).unwrap().op, Op::Stop);
         let bad = line.replace("\"reply\":\"r\"", "\"reply\":\"r\",\"argv\":[\"/x\"]");
         assert_eq!(reason(&bad), RefusalReason::Malformed);
+        let null = line.replace("\"reply\":\"r\"", "\"reply\":\"r\",\"argv\":null");
+        assert_eq!(
+            reason(&null),
+            RefusalReason::Malformed,
+            "an explicit null is present"
+        );
+    }
+
+    #[test]
+    fn explicit_null_is_a_wrong_type() {
+        assert_eq!(
+            reason(&spawn_line(r#","name":null"#)),
+            RefusalReason::BadName
+        );
+        assert_eq!(
+            reason(&spawn_line("").replace(":1000", ":null")),
+            RefusalReason::BadDeadline
+        );
+        assert_eq!(
+            reason(&spawn_line("").replace("\"discard\"", "null")),
+            RefusalReason::BadCapture
+        );
     }
 }

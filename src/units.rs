@@ -7,7 +7,9 @@ use std::time::Duration;
 /// `60` (seconds), `0.5`, `500ms`, `2m`, `1h`, `1d`, `10s`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let unit_ns: u128 = match unit {
         "" | "s" => 1_000_000_000,
@@ -15,7 +17,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "m" => 60 * 1_000_000_000,
         "h" => 3600 * 1_000_000_000,
         "d" => 86_400 * 1_000_000_000,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m, h or d)")),
+        _ => {
+            return Err(format!(
+                "{s:?}: unknown unit {unit:?} (use ms, s, m, h or d)"
+            ))
+        }
     };
     let (int, frac) = match num.split_once('.') {
         Some((i, f)) => (i, f),
@@ -35,7 +41,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let frac_val: u128 = if frac.is_empty() {
         0
     } else {
-        frac.parse::<u128>().map_err(|_| format!("{s:?} is not a duration"))? * 10u128.pow(9 - frac.len() as u32)
+        frac.parse::<u128>()
+            .map_err(|_| format!("{s:?} is not a duration"))?
+            * 10u128.pow(9 - frac.len() as u32)
     };
     let ns = int
         .checked_mul(unit_ns)
@@ -66,8 +74,12 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "G" | "GiB" => 1 << 30,
         _ => return Err(format!("{s:?}: unknown unit {unit:?} (use K, M or G)")),
     };
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a byte count"))?;
-    let v = n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a byte count"))?;
+    let v = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))?;
     if v == 0 {
         return Err(format!("{s:?}: must be more than zero"));
     }
@@ -89,8 +101,21 @@ mod tests {
         assert_eq!(ms("1d"), Ok(86_400_000));
         assert_eq!(ms(".25s"), Ok(250));
         assert_eq!(ms("0"), Ok(0));
-        assert_eq!(parse_duration("1.000000001").unwrap().as_nanos(), 1_000_000_001);
-        for bad in ["", "s", "-1", "1x", "1.2.3", "abc", "1e3", "99999999999999999999d", "1.0000000001"] {
+        assert_eq!(
+            parse_duration("1.000000001").unwrap().as_nanos(),
+            1_000_000_001
+        );
+        for bad in [
+            "",
+            "s",
+            "-1",
+            "1x",
+            "1.2.3",
+            "abc",
+            "1e3",
+            "99999999999999999999d",
+            "1.0000000001",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} parsed");
         }
         assert!(parse_positive_duration("0ms").is_err());

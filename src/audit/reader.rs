@@ -99,6 +99,15 @@ pub fn parse_line(line: &[u8]) -> Result<Record, LineError> {
         Some(Err(e)) => return Err(err(json_code(&e), format!("{} data: {e}", wire.kind))),
         Some(Ok(ev)) => ev,
     };
+    if !crate::protocol::is_token(&wire.run) {
+        return Err(err(
+            Code::BadField,
+            "run id must match [A-Za-z0-9_.-]{1,64}",
+        ));
+    }
+    if !crate::audit::chain::is_digest(&wire.prev) {
+        return Err(err(Code::BadField, "prev must be 64 lowercase hex digits"));
+    }
     if chrono::DateTime::parse_from_rfc3339(&wire.ts).is_err() || !wire.ts.ends_with('Z') {
         return Err(err(
             Code::BadTimestamp,

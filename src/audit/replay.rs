@@ -26,6 +26,11 @@ pub fn replay(records: &[Record], receipt: &Receipt) -> Vec<Reason> {
         Event::RootBound(b) => Some(b.root),
         _ => None,
     });
+    if !matches!(records.get(1).map(|r| &r.event), Some(Event::RootBound(_))) {
+        out.push(mismatch(
+            "the second record is not root_bound: the root was never bound".into(),
+        ));
+    }
 
     let mut requests = 0u64;
     let mut refused = 0u64;

@@ -262,6 +262,19 @@ fn judge(records: &[Record], rc: &Receipt, opts: &VerifyOptions, rs: &mut Reason
             "the controller died during the action; its intent is unknown, so keep the stage",
         );
     }
+    let start_staging = records.first().and_then(|r| match &r.event {
+        Event::RunStarted(s) => s.staging.clone(),
+        _ => None,
+    });
+    if let (Some(at_start), Some(sealed)) = (&start_staging, &rc.staging) {
+        if !inventory::same_dir(at_start, &sealed.identity) {
+            rs.push(
+                Code::StagingMismatch,
+                None,
+                "the staging directory was replaced during the action (identity at close differs from start)",
+            );
+        }
+    }
     match (&opts.staging, &rc.staging) {
         (Some(path), None) => rs.push(
             Code::StagingNotRecorded,

@@ -32,10 +32,10 @@ use super::spawn::{spawn, Launch};
 use super::start::Started;
 use super::state_dir::StateDir;
 use crate::audit::record::{
-    Counts, DirIdentity, Event, Ident, Inventory, JobExited, JobFailed, JobSpawned, Mode, OutputCapped, Outcome,
-    Proc, Receipt, Reaped, ReapedProc, ReplyFailed, RequestReceived, RequestRefused, RootBound, RunStarted,
-    StagingInventoried, Status, StopCompleted, StopReason, StopTriggered, Stream, TempRootInventoried,
-    TempRootRemoved, Uncertainty,
+    Counts, DirIdentity, Event, Ident, Inventory, JobExited, JobFailed, JobSpawned, Mode, Outcome,
+    OutputCapped, Proc, Reaped, ReapedProc, Receipt, ReplyFailed, RequestReceived, RequestRefused,
+    RootBound, RunStarted, StagingInventoried, Status, StopCompleted, StopReason, StopTriggered,
+    Stream, TempRootInventoried, TempRootRemoved, Uncertainty,
 };
 use crate::audit::{AuditError, AuditWriter};
 use crate::clock::millis;
@@ -44,7 +44,10 @@ use crate::process::identity::{read_stat, read_uids, Stat};
 use crate::process::pidfd::VerifiedPidFd;
 use crate::process::reap::{self, Peek};
 use crate::process::scan::descendants;
-use crate::protocol::{bounded, parse_request, Capture, Op, ParsedRequest, RefusalReason, Reply, MAX_REQUEST, PROTOCOL_VERSION};
+use crate::protocol::{
+    bounded, parse_request, Capture, Op, ParsedRequest, RefusalReason, Reply, MAX_REQUEST,
+    PROTOCOL_VERSION,
+};
 
 const T_SIGNALS: Token = Token(0);
 const T_ROOT: Token = Token(1);
@@ -162,11 +165,22 @@ impl Action {
         let poll = Poll::new().map_err(|e| format!("epoll: {e}"))?;
         let reg = poll.registry();
         let ioerr = |what: &str, e: io::Error| format!("{what}: {e}");
-        register(reg, started.signals.as_fd().as_raw_fd(), T_SIGNALS, Interest::READABLE)
-            .map_err(|e| ioerr("signalfd", e))?;
-        register(reg, started.root.as_fd().as_raw_fd(), T_ROOT, Interest::READABLE)
-            .map_err(|e| ioerr("root pidfd", e))?;
-        register(reg, state.fifo.as_raw_fd(), T_FIFO, Interest::READABLE).map_err(|e| ioerr("request FIFO", e))?;
+        register(
+            reg,
+            started.signals.as_fd().as_raw_fd(),
+            T_SIGNALS,
+            Interest::READABLE,
+        )
+        .map_err(|e| ioerr("signalfd", e))?;
+        register(
+            reg,
+            started.root.as_fd().as_raw_fd(),
+            T_ROOT,
+            Interest::READABLE,
+        )
+        .map_err(|e| ioerr("root pidfd", e))?;
+        register(reg, state.fifo.as_raw_fd(), T_FIFO, Interest::READABLE)
+            .map_err(|e| ioerr("request FIFO", e))?;
         let pass = if cfg.mode == Mode::Exec {
             Some(Passthrough::new(T_PASS).map_err(|e| ioerr("stdout/stderr", e))?)
         } else {
@@ -239,6 +253,10 @@ impl Action {
         self.audit.run()
     }
 
+    pub fn state(&self) -> &StateDir {
+        &self.state
+    }
+
     // ----- the audit log -------------------------------------------------
 
     fn append(&mut self, ev: Event) {
@@ -291,7 +309,9 @@ impl Action {
     pub fn run(mut self) -> Finished {
         let mut events = Events::with_capacity(1024);
         while self.phase != Phase::Finished {
-            let timeout = self.next_wake().map(|t| t.saturating_duration_since(Instant::now()));
+            let timeout = self
+                .next_wake()
+                .map(|t| t.saturating_duration_since(Instant::now()));
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
@@ -300,7 +320,12 @@ impl Action {
                 // stopped with a blocking procedure and give up.
                 eprintln!("rea-watchdog: poll failed: {e}");
                 self.exit_after_stop = true;
-                self.trigger(StopReason::AuditFailure, format!("poll failed: {e}"), None, Vec::new());
+                self.trigger(
+                    StopReason::AuditFailure,
+                    format!("poll failed: {e}"),
+                    None,
+                    Vec::new(),
+                );
                 while self.phase == Phase::Stopping {
                     self.step_stop(Instant::now());
                     std::thread::sleep(Duration::from_millis(2));
@@ -343,7 +368,9 @@ impl Action {
             }
             self.maybe_finish();
         }
-        self.finished.take().unwrap_or_else(|| self.result(false, None))
+        self.finished
+            .take()
+            .unwrap_or_else(|| self.result(false, None))
     }
 
     fn next_wake(&self) -> Option<Instant> {
@@ -387,12 +414,19 @@ impl Action {
     }
 
     fn on_watchdog_signal(&mut self, sig: i32) {
-        let name = nix::sys::signal::Signal::try_from(sig).map(|s| s.as_str()).unwrap_or("signal");
+        let name = nix::sys::signal::Signal::try_from(sig)
+            .map(|s| s.as_str())
+            .unwrap_or("signal");
         self.exit_after_stop = true;
         if self.phase == Phase::Running {
             self.first_signal = Some(sig);
         }
-        self.trigger(StopReason::Signal, format!("{name} received"), None, Vec::new());
+        self.trigger(
+            StopReason::Signal,
+            format!("{name} received"),
+            None,
+            Vec::new(),
+        );
     }
 
     fn on_root_lost(&mut self) {
@@ -401,7 +435,11 @@ impl Action {
         }
         deregister(self.poll.registry(), self.root.as_fd().as_raw_fd());
         self.exit_after_stop = true;
-        let detail = format!("root controller pid {} ({}) exited", self.root.pid(), self.root.proc().comm);
+        let detail = format!(
+            "root controller pid {} ({}) exited",
+            self.root.pid(),
+            self.root.proc().comm
+        );
         self.trigger(StopReason::RootLost, detail, None, Vec::new());
     }
 
@@ -414,7 +452,10 @@ impl Action {
         };
         deregister(self.poll.registry(), caller.as_fd().as_raw_fd());
         if job.running() {
-            let detail = format!("caller pid {} of job {num} exited while the job ran", caller.pid());
+            let detail = format!(
+                "caller pid {} of job {num} exited while the job ran",
+                caller.pid()
+            );
             self.trigger(StopReason::CallerLost, detail, Some(num), Vec::new());
         }
     }
@@ -425,10 +466,18 @@ impl Action {
         }
         if self.action_deadline.is_some_and(|d| now >= d) {
             let ms = self.cfg.action_deadline.map(millis).unwrap_or(0);
-            self.trigger(StopReason::Deadline, format!("action deadline of {ms}ms passed"), None, Vec::new());
+            self.trigger(
+                StopReason::Deadline,
+                format!("action deadline of {ms}ms passed"),
+                None,
+                Vec::new(),
+            );
             return;
         }
-        let late = self.jobs.values().find(|j| j.running() && j.deadline.is_some_and(|d| now >= d));
+        let late = self
+            .jobs
+            .values()
+            .find(|j| j.running() && j.deadline.is_some_and(|d| now >= d));
         if let Some(j) = late {
             let (num, id) = (j.num, j.id.clone());
             let ms = millis(now - j.started);
@@ -509,7 +558,10 @@ impl Action {
                     caller: None,
                     bytes,
                 }));
-                let chan = r.reply.as_deref().and_then(|name| self.open_reply(name).ok());
+                let chan = r
+                    .reply
+                    .as_deref()
+                    .and_then(|name| self.open_reply(name).ok());
                 self.refuse(r.reason, r.detail, r.id, chan);
             }
             Ok(req) => {
@@ -526,11 +578,18 @@ impl Action {
     }
 
     fn open_reply(&mut self, name: &str) -> Result<u64, String> {
-        self.replies.open(self.state.replies.as_fd(), name, self.me.uid)
+        self.replies
+            .open(self.state.replies.as_fd(), name, self.me.uid)
     }
 
     /// Records a refusal (durably) and answers it where a channel exists.
-    fn refuse(&mut self, reason: RefusalReason, detail: String, id: Option<String>, chan: Option<u64>) {
+    fn refuse(
+        &mut self,
+        reason: RefusalReason,
+        detail: String,
+        id: Option<String>,
+        chan: Option<u64>,
+    ) {
         self.record(Event::RequestRefused(RequestRefused {
             id: id.clone(),
             reason,
@@ -561,13 +620,19 @@ impl Action {
             Ok(c) => c,
             Err(detail) => return self.refuse(RefusalReason::BadReply, detail, Some(req.id), None),
         };
-        let refuse = |a: &mut Action, reason, detail: String| a.refuse(reason, detail, Some(req.id.clone()), Some(chan));
+        let refuse = |a: &mut Action, reason, detail: String| {
+            a.refuse(reason, detail, Some(req.id.clone()), Some(chan))
+        };
         let caller = match caller::verify(req.caller, self.me, self.root.ident()) {
             Ok(c) => c,
             Err((reason, detail)) => return refuse(self, reason, detail),
         };
         if self.used_ids.contains(&req.id) {
-            return refuse(self, RefusalReason::DuplicateId, format!("id {} was already used in this run", req.id));
+            return refuse(
+                self,
+                RefusalReason::DuplicateId,
+                format!("id {} was already used in this run", req.id),
+            );
         }
         if self.close.is_some() {
             return refuse(self, RefusalReason::Closed, "the action is closing".into());
@@ -625,7 +690,10 @@ impl Action {
     }
 
     fn answer_stop(&mut self, to: ReplyTo) {
-        let quiescent = self.stop_result.as_ref().is_some_and(|c| c.echild && c.scan_empty);
+        let quiescent = self
+            .stop_result
+            .as_ref()
+            .is_some_and(|c| c.echild && c.scan_empty);
         let reply = Reply::StopComplete {
             v: PROTOCOL_VERSION,
             id: to.id.clone(),
@@ -662,7 +730,10 @@ impl Action {
         };
         let mut env = self.env.clone();
         env.push(("REA_JOB".into(), num.to_string().into()));
-        let argv_text: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        let argv_text: Vec<String> = argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
         let launch = Launch {
             argv,
             env: &env,
@@ -698,12 +769,32 @@ impl Action {
         };
         let reg = self.poll.registry();
         let regs = [
-            register(reg, sp.leader.as_fd().as_raw_fd(), job_token(num, 0), Interest::READABLE),
-            register(reg, sp.stdout.as_raw_fd(), job_token(num, 1), Interest::READABLE),
-            register(reg, sp.stderr.as_raw_fd(), job_token(num, 2), Interest::READABLE),
-            caller
-                .as_ref()
-                .map_or(Ok(()), |c| register(reg, c.as_fd().as_raw_fd(), job_token(num, 3), Interest::READABLE)),
+            register(
+                reg,
+                sp.leader.as_fd().as_raw_fd(),
+                job_token(num, 0),
+                Interest::READABLE,
+            ),
+            register(
+                reg,
+                sp.stdout.as_raw_fd(),
+                job_token(num, 1),
+                Interest::READABLE,
+            ),
+            register(
+                reg,
+                sp.stderr.as_raw_fd(),
+                job_token(num, 2),
+                Interest::READABLE,
+            ),
+            caller.as_ref().map_or(Ok(()), |c| {
+                register(
+                    reg,
+                    c.as_fd().as_raw_fd(),
+                    job_token(num, 3),
+                    Interest::READABLE,
+                )
+            }),
         ];
         let leader = sp.leader.proc().clone();
         let caller_ident = match &caller {
@@ -756,13 +847,23 @@ impl Action {
         );
         if let Some(Err(e)) = regs.into_iter().find(|r| r.is_err()) {
             // Without its descriptors in the poll the job cannot be watched.
-            self.trigger(StopReason::AuditFailure, format!("cannot poll job {num}: {e}"), Some(num), Vec::new());
+            self.trigger(
+                StopReason::AuditFailure,
+                format!("cannot poll job {num}: {e}"),
+                Some(num),
+                Vec::new(),
+            );
         }
     }
 
     /// Reads a job's pipe until it would block (or, in exec mode, until the
     /// passthrough sink is full and `draining` is false).
-    fn pump(job: &mut Job, i: usize, pass: Option<(&mut Passthrough, &Registry)>, draining: bool) -> Pumped {
+    fn pump(
+        job: &mut Job,
+        i: usize,
+        pass: Option<(&mut Passthrough, &Registry)>,
+        draining: bool,
+    ) -> Pumped {
         let mut buf = [0u8; 65536];
         let mut r = Pumped {
             eof: false,
@@ -807,7 +908,11 @@ impl Action {
         let Some(job) = self.jobs.get_mut(&num) else {
             return;
         };
-        let pass = if job.passthrough { self.pass.as_mut().map(|p| (p, reg)) } else { None };
+        let pass = if job.passthrough {
+            self.pass.as_mut().map(|p| (p, reg))
+        } else {
+            None
+        };
         let r = Self::pump(job, i, pass, false);
         job.out[i].paused = r.paused;
         if r.eof {
@@ -824,7 +929,11 @@ impl Action {
         let cap = self.cfg.output_cap.unwrap_or(0);
         self.append(Event::OutputCapped(OutputCapped {
             job: num,
-            stream: if i == 0 { Stream::Stdout } else { Stream::Stderr },
+            stream: if i == 0 {
+                Stream::Stdout
+            } else {
+                Stream::Stderr
+            },
             cap,
         }));
         self.trigger(
@@ -847,7 +956,12 @@ impl Action {
         if pass.is_full(i) {
             return;
         }
-        let paused: Vec<u64> = self.jobs.values().filter(|j| j.out[i].paused).map(|j| j.num).collect();
+        let paused: Vec<u64> = self
+            .jobs
+            .values()
+            .filter(|j| j.out[i].paused)
+            .map(|j| j.num)
+            .collect();
         for num in paused {
             self.on_output(num, i);
         }
@@ -861,7 +975,10 @@ impl Action {
         let last = loop {
             match reap::peek() {
                 Ok(Peek::Waitable(pid)) => {
-                    let job = self.jobs.values_mut().find(|j| j.running() && j.leader.pid() == pid);
+                    let job = self
+                        .jobs
+                        .values_mut()
+                        .find(|j| j.running() && j.leader.pid() == pid);
                     if let Some(job) = job {
                         match reap::reap_pidfd(&job.leader) {
                             Ok(Some(status)) => {
@@ -908,7 +1025,11 @@ impl Action {
         let reg = self.poll.registry();
         let mut crossed = None;
         for i in 0..2 {
-            let pass = if job.passthrough { self.pass.as_mut().map(|p| (p, reg)) } else { None };
+            let pass = if job.passthrough {
+                self.pass.as_mut().map(|p| (p, reg))
+            } else {
+                None
+            };
             if Self::pump(&mut job, i, pass, true).crossed_cap {
                 crossed = Some(i);
             }
@@ -978,11 +1099,26 @@ impl Action {
         let scan = match descendants(self.me.pid) {
             Ok(s) => s,
             Err(e) => {
-                return self.trigger(StopReason::MappingRefused, format!("cannot scan /proc: {e}"), None, Vec::new());
+                return self.trigger(
+                    StopReason::MappingRefused,
+                    format!("cannot scan /proc: {e}"),
+                    None,
+                    Vec::new(),
+                );
             }
         };
-        let leaders: HashSet<i32> = self.jobs.values().filter(|j| j.running()).map(|j| j.leader.pid()).collect();
-        let sessions: HashSet<i32> = self.jobs.values().filter(|j| j.running()).map(|j| j.sid).collect();
+        let leaders: HashSet<i32> = self
+            .jobs
+            .values()
+            .filter(|j| j.running())
+            .map(|j| j.leader.pid())
+            .collect();
+        let sessions: HashSet<i32> = self
+            .jobs
+            .values()
+            .filter(|j| j.running())
+            .map(|j| j.sid)
+            .collect();
         let mut abandoned = Vec::new();
         let mut unproven = Vec::new();
         for st in scan.iter().filter(|s| !s.is_zombie()) {
@@ -991,7 +1127,11 @@ impl Action {
                 Err(_) => continue, // gone since the scan
             };
             if uid.uniform() != Some(self.me.uid) {
-                self.uncertain(st, Uncertainty::UidMismatch, format!("uid {} / euid {}", uid.real, uid.effective));
+                self.uncertain(
+                    st,
+                    Uncertainty::UidMismatch,
+                    format!("uid {} / euid {}", uid.real, uid.effective),
+                );
                 unproven.push(proc_of(st, uid.real));
             } else if !leaders.contains(&st.pid) && !sessions.contains(&st.sid) {
                 abandoned.push(proc_of(st, uid.real));
@@ -1022,7 +1162,13 @@ impl Action {
 
     /// A stop trigger. The first one starts the stop procedure; every later
     /// one only adds a record.
-    fn trigger(&mut self, reason: StopReason, detail: String, job: Option<u64>, processes: Vec<Proc>) {
+    fn trigger(
+        &mut self,
+        reason: StopReason,
+        detail: String,
+        job: Option<u64>,
+        processes: Vec<Proc>,
+    ) {
         let first = self.phase == Phase::Running;
         self.record(Event::StopTriggered(StopTriggered {
             reason,
@@ -1035,7 +1181,12 @@ impl Action {
             let now = Instant::now();
             self.first_stop = Some(reason);
             self.phase = Phase::Stopping;
-            self.stopper = Some(Stopper::new(reason, now, self.cfg.term_grace, self.cfg.kill_bound));
+            self.stopper = Some(Stopper::new(
+                reason,
+                now,
+                self.cfg.term_grace,
+                self.cfg.kill_bound,
+            ));
             self.stop_wake = now;
         }
     }
@@ -1081,7 +1232,9 @@ impl Action {
                     Ok(scan) => {
                         let left: Vec<Proc> = scan
                             .iter()
-                            .map(|s| proc_of(s, read_uids(s.pid).map(|u| u.real).unwrap_or(u32::MAX)))
+                            .map(|s| {
+                                proc_of(s, read_uids(s.pid).map(|u| u.real).unwrap_or(u32::MAX))
+                            })
                             .collect();
                         let n = left.len();
                         self.trigger(
@@ -1091,7 +1244,12 @@ impl Action {
                             left,
                         );
                     }
-                    Err(e) => self.trigger(StopReason::MappingRefused, format!("cannot scan /proc: {e}"), None, Vec::new()),
+                    Err(e) => self.trigger(
+                        StopReason::MappingRefused,
+                        format!("cannot scan /proc: {e}"),
+                        None,
+                        Vec::new(),
+                    ),
                 }
             }
             Phase::Stopped => self.finalize(),
@@ -1107,14 +1265,19 @@ impl Action {
         let scan = descendants(self.me.pid);
         let echild = peek == Peek::NoChildren;
         let scan_empty = matches!(&scan, Ok(s) if s.is_empty());
-        let held_exited = self.stopper.as_mut().is_none_or(|s| s.held_exited()) && self.jobs.is_empty();
+        let held_exited =
+            self.stopper.as_mut().is_none_or(|s| s.held_exited()) && self.jobs.is_empty();
         let no_live = echild && scan_empty;
         let quiescent = no_live && held_exited;
         let temp_root_removed = self.clear_temp_root(quiescent);
         let staging = self.inventory_staging();
         let root_alive = !self.root.has_exited();
         let receipt = Receipt {
-            outcome: if self.first_stop.is_some() { Outcome::Stopped } else { Outcome::Closed },
+            outcome: if self.first_stop.is_some() {
+                Outcome::Stopped
+            } else {
+                Outcome::Closed
+            },
             stop_reason: self.first_stop,
             quiescent,
             no_live_or_waitable_descendants: no_live,
@@ -1138,7 +1301,11 @@ impl Action {
             let reply = Reply::Closed {
                 v: PROTOCOL_VERSION,
                 id: to.id.clone(),
-                outcome: if self.first_stop.is_some() { Outcome::Stopped } else { Outcome::Closed },
+                outcome: if self.first_stop.is_some() {
+                    Outcome::Stopped
+                } else {
+                    Outcome::Closed
+                },
                 stop_reason: self.first_stop,
                 positive: positive && head.is_some(),
                 head: head.clone().unwrap_or_default(),
@@ -1154,6 +1321,10 @@ impl Action {
         if let Some(p) = self.pass.as_mut() {
             p.finish(reg, EXIT_FLUSH);
         }
+        if self.cfg.mode == Mode::Exec {
+            // exec's state directory was private to this action.
+            let _ = self.state.remove_all();
+        }
         self.phase = Phase::Finished;
         self.finished = Some(self.result(positive, head));
     }
@@ -1161,9 +1332,15 @@ impl Action {
     fn result(&self, positive: bool, head: Option<String>) -> Finished {
         Finished {
             positive: positive && head.is_some() && self.audit_error.is_none(),
-            outcome: if self.first_stop.is_some() { Outcome::Stopped } else { Outcome::Closed },
+            outcome: if self.first_stop.is_some() {
+                Outcome::Stopped
+            } else {
+                Outcome::Closed
+            },
             stop_reason: self.first_stop,
-            signal: self.first_signal.filter(|_| self.first_stop == Some(StopReason::Signal)),
+            signal: self
+                .first_signal
+                .filter(|_| self.first_stop == Some(StopReason::Signal)),
             head,
             audit_error: self.audit_error.clone(),
             exec: self.exec_result,
@@ -1202,7 +1379,10 @@ impl Action {
             }
         }
         let (removed, detail) = if !quiescent {
-            (false, "kept: quiescence was not proven, a process may still use it".to_string())
+            (
+                false,
+                "kept: quiescence was not proven, a process may still use it".to_string(),
+            )
         } else {
             match self.state.remove_tmp() {
                 Ok(()) => (true, String::new()),
@@ -1220,7 +1400,10 @@ impl Action {
         let path = self.cfg.staging.clone()?;
         let start = self.staging_start.clone()?;
         let seen = match (inventory::dir_identity(&path), inventory::inventory(&path)) {
-            (Ok(identity), Ok(inventory)) => StagingInventoried { identity, inventory },
+            (Ok(identity), Ok(inventory)) => StagingInventoried {
+                identity,
+                inventory,
+            },
             _ => StagingInventoried {
                 identity: start,
                 inventory: Inventory {
@@ -1282,7 +1465,10 @@ fn proc_of(st: &Stat, uid: u32) -> Proc {
 fn job_env(cfg: &Config, state: &StateDir) -> Vec<(OsString, OsString)> {
     let inherit = |k: &str, default: &str| std::env::var_os(k).unwrap_or_else(|| default.into());
     let mut env: Vec<(OsString, OsString)> = vec![
-        ("PATH".into(), inherit("PATH", "/usr/local/bin:/usr/bin:/bin")),
+        (
+            "PATH".into(),
+            inherit("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        ),
         ("LANG".into(), inherit("LANG", "C.UTF-8")),
         ("HOME".into(), inherit("HOME", "/")),
         ("TMPDIR".into(), state.tmp_path().into()),

@@ -25,15 +25,23 @@ pub fn verify(claim: Caller, me: Ident, root: Ident) -> Result<Verified, Refused
     if claim.uid != me.uid {
         return Err((
             RefusalReason::CallerMismatch,
-            format!("caller uid {} is not the watchdog's uid {}", claim.uid, me.uid),
+            format!(
+                "caller uid {} is not the watchdog's uid {}",
+                claim.uid, me.uid
+            ),
         ));
     }
     let fd = match bind_ident(claim.ident()) {
         Ok(fd) => fd,
         Err(BindError::Gone) => {
-            return Err((RefusalReason::CallerNotAlive, format!("caller pid {} is not alive", claim.pid)))
+            return Err((
+                RefusalReason::CallerNotAlive,
+                format!("caller pid {} is not alive", claim.pid),
+            ))
         }
-        Err(BindError::Uncertain { detail, .. }) => return Err((RefusalReason::CallerMismatch, detail)),
+        Err(BindError::Uncertain { detail, .. }) => {
+            return Err((RefusalReason::CallerMismatch, detail))
+        }
     };
     if claim.ident() == root {
         return Ok(Verified::Root);
@@ -49,7 +57,12 @@ pub fn verify(claim: Caller, me: Ident, root: Ident) -> Result<Verified, Refused
         let st = match read_stat(pid) {
             Ok(st) => st,
             Err(e) if is_gone(&e) => break,
-            Err(e) => return Err((RefusalReason::CallerNotOwned, format!("cannot read /proc/{pid}: {e}"))),
+            Err(e) => {
+                return Err((
+                    RefusalReason::CallerNotOwned,
+                    format!("cannot read /proc/{pid}: {e}"),
+                ))
+            }
         };
         if pid == root.pid && st.start_time == root.start_time {
             return Ok(Verified::Bound(fd));

@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::audit::record::{
-    Event, Ident, Link, Proc, SignalFailed, SignalSweep, Sig, Stage, StopCompleted, StopReason, Uncertainty,
+    Event, Ident, Link, Proc, Sig, SignalFailed, SignalSweep, Stage, StopCompleted, StopReason,
+    Uncertainty,
 };
 use crate::clock::millis;
 use crate::process::identity::Stat;
@@ -87,7 +88,11 @@ impl Stopper {
             started: now,
             grace_until,
             kill_until: grace_until + kill_bound,
-            stage: if grace.is_zero() { Stage::Kill } else { Stage::Term },
+            stage: if grace.is_zero() {
+                Stage::Kill
+            } else {
+                Stage::Term
+            },
             sweeps: 0,
             termed: HashSet::new(),
             killed: HashSet::new(),
@@ -114,7 +119,12 @@ impl Stopper {
         }
         if self.stage == Stage::Kill && now >= self.kill_until {
             let left = scan.iter().filter(|s| !s.is_zombie()).count() as u64;
-            return Step::Done(self.completed(now, echild, scan.is_empty() && scan_error.is_none(), left));
+            return Step::Done(self.completed(
+                now,
+                echild,
+                scan.is_empty() && scan_error.is_none(),
+                left,
+            ));
         }
         self.sweep(host, &scan);
         let next = match self.stage {
@@ -140,14 +150,23 @@ impl Stopper {
                 Stage::Kill => self.killed.contains(&key),
             };
             if st.is_zombie() || done || self.uncertain.contains(&key) {
-                others.push(Link { pid: st.pid, ppid: st.ppid });
+                others.push(Link {
+                    pid: st.pid,
+                    ppid: st.ppid,
+                });
                 continue;
             }
             match bind(st, me.uid, parent_ok) {
                 Ok(fd) => targets.push(fd),
-                Err(BindError::Gone) => others.push(Link { pid: st.pid, ppid: st.ppid }),
+                Err(BindError::Gone) => others.push(Link {
+                    pid: st.pid,
+                    ppid: st.ppid,
+                }),
                 Err(BindError::Uncertain { reason, detail }) => {
-                    others.push(Link { pid: st.pid, ppid: st.ppid });
+                    others.push(Link {
+                        pid: st.pid,
+                        ppid: st.ppid,
+                    });
                     self.uncertain.insert(key);
                     host.uncertain(st, reason, detail);
                 }
@@ -163,7 +182,11 @@ impl Stopper {
             Stage::Kill => &[Sig::Kill],
         };
         let procs: Vec<Proc> = targets.iter().map(|t| t.proc().clone()).collect();
-        let parts = procs.len().div_ceil(PART).max(others.len().div_ceil(PART)).max(1);
+        let parts = procs
+            .len()
+            .div_ceil(PART)
+            .max(others.len().div_ceil(PART))
+            .max(1);
         fn chunk<T: Clone>(v: &[T], i: usize) -> Vec<T> {
             v.iter().skip(i * PART).take(PART).cloned().collect()
         }
@@ -203,7 +226,13 @@ impl Stopper {
         }
     }
 
-    fn completed(&mut self, now: Instant, echild: bool, scan_empty: bool, left: u64) -> StopCompleted {
+    fn completed(
+        &mut self,
+        now: Instant,
+        echild: bool,
+        scan_empty: bool,
+        left: u64,
+    ) -> StopCompleted {
         StopCompleted {
             reason: self.reason,
             sweeps: self.sweeps,

@@ -86,7 +86,9 @@ impl Job {
         o.bytes += data.len() as u64;
         o.hasher.update(data);
         if self.capture == Capture::Capture {
-            let room = self.cap.map_or(usize::MAX, |c| c.saturating_sub(before) as usize);
+            let room = self
+                .cap
+                .map_or(usize::MAX, |c| c.saturating_sub(before) as usize);
             let keep = data.len().min(room);
             self.out[i].kept.extend_from_slice(&data[..keep]);
         }

@@ -5,6 +5,7 @@ pub mod caller;
 pub mod cleanup;
 pub mod config;
 pub mod job;
+pub mod modes;
 pub mod passthrough;
 pub mod reply;
 pub mod spawn;

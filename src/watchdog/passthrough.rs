@@ -98,7 +98,10 @@ impl Passthrough {
         }
         if s.nonblocking && !s.queue.is_empty() && !s.registered {
             let fd = s.file.as_raw_fd();
-            if reg.register(&mut SourceFd(&fd), self.tokens[i], Interest::WRITABLE).is_ok() {
+            if reg
+                .register(&mut SourceFd(&fd), self.tokens[i], Interest::WRITABLE)
+                .is_ok()
+            {
                 s.registered = true;
             }
         }

@@ -51,10 +51,16 @@ impl Replies {
             return Err(format!("replies/{name} is not a FIFO"));
         }
         if st.st_uid != uid {
-            return Err(format!("replies/{name} is owned by uid {}, not {uid}", st.st_uid));
+            return Err(format!(
+                "replies/{name} is owned by uid {}, not {uid}",
+                st.st_uid
+            ));
         }
         if st.st_mode & 0o777 != 0o600 {
-            return Err(format!("replies/{name} has mode {:o}, must be 600", st.st_mode & 0o777));
+            return Err(format!(
+                "replies/{name} has mode {:o}, must be 600",
+                st.st_mode & 0o777
+            ));
         }
         let fd = openat(
             dir,
@@ -95,7 +101,13 @@ impl Replies {
     /// Queues a reply and writes what the FIFO takes now. `last` closes the
     /// channel once everything is written. An error means the caller is
     /// gone (EPIPE) or the FIFO broke; the channel is then dropped.
-    pub fn send(&mut self, reg: &Registry, chan: u64, reply: &Reply, last: bool) -> Result<(), ReplyError> {
+    pub fn send(
+        &mut self,
+        reg: &Registry,
+        chan: u64,
+        reply: &Reply,
+        last: bool,
+    ) -> Result<(), ReplyError> {
         let Some(c) = self.chans.get_mut(&chan) else {
             return Err("reply channel already closed".into());
         };
@@ -150,7 +162,9 @@ impl Replies {
         let until = std::time::Instant::now() + within;
         let chans: Vec<u64> = self.chans.keys().copied().collect();
         for chan in chans {
-            while self.chans.get(&chan).is_some_and(|c| !c.queue.is_empty()) && std::time::Instant::now() < until {
+            while self.chans.get(&chan).is_some_and(|c| !c.queue.is_empty())
+                && std::time::Instant::now() < until
+            {
                 if self.flush(reg, chan).is_err() {
                     break;
                 }

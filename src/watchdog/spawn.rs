@@ -57,7 +57,14 @@ fn child_setup(parent: libc::pid_t, nofile: libc::rlimit) -> io::Result<()> {
         if libc::setsid() < 0 {
             return Err(io::Error::last_os_error());
         }
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) < 0 {
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) < 0
+        {
             return Err(io::Error::last_os_error());
         }
         if libc::getppid() != parent {
@@ -77,7 +84,12 @@ fn child_setup(parent: libc::pid_t, nofile: libc::rlimit) -> io::Result<()> {
         libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
         libc::setrlimit(libc::RLIMIT_NOFILE, &nofile);
         // Anything inherited by accident is closed at exec (CLOSE_RANGE_CLOEXEC).
-        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        );
     }
     Ok(())
 }

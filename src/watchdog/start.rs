@@ -47,14 +47,22 @@ fn bind_root(choice: &RootChoice, uid: u32) -> Result<(VerifiedPidFd, RootSource
     }
     let start_time = match choice.start_time {
         Some(t) => t,
-        None => read_stat(pid)
-            .map_err(|e| format!("root controller pid {pid}: {e} (refusing to start)"))?
-            .start_time,
+        None => {
+            read_stat(pid)
+                .map_err(|e| format!("root controller pid {pid}: {e} (refusing to start)"))?
+                .start_time
+        }
     };
-    let ident = Ident { pid, start_time, uid };
+    let ident = Ident {
+        pid,
+        start_time,
+        uid,
+    };
     match bind_ident(ident) {
         Ok(fd) => Ok((fd, source)),
-        Err(BindError::Gone) => Err(format!("root controller pid {pid} is not alive (refusing to start)")),
+        Err(BindError::Gone) => Err(format!(
+            "root controller pid {pid} is not alive (refusing to start)"
+        )),
         Err(BindError::Uncertain { detail, .. }) => Err(format!(
             "root controller pid {pid} does not match (refusing to start): {detail}"
         )),
@@ -79,7 +87,8 @@ pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String
     } else {
         false
     };
-    nix::sys::prctl::set_child_subreaper(true).map_err(|e| format!("PR_SET_CHILD_SUBREAPER: {e}"))?;
+    nix::sys::prctl::set_child_subreaper(true)
+        .map_err(|e| format!("PR_SET_CHILD_SUBREAPER: {e}"))?;
 
     let mut nofile = libc::rlimit {
         rlim_cur: 0,
@@ -99,11 +108,13 @@ pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String
     for s in WATCHED {
         mask.add(s);
     }
-    mask.thread_block().map_err(|e| format!("blocking signals: {e}"))?;
+    mask.thread_block()
+        .map_err(|e| format!("blocking signals: {e}"))?;
     let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
         .map_err(|e| format!("signalfd: {e}"))?;
 
-    let me_stat = read_stat(std::process::id() as i32).map_err(|e| format!("/proc/self/stat: {e}"))?;
+    let me_stat =
+        read_stat(std::process::id() as i32).map_err(|e| format!("/proc/self/stat: {e}"))?;
     let me = Ident {
         pid: me_stat.pid,
         start_time: me_stat.start_time,

@@ -54,13 +54,22 @@ pub fn create(path: &Path) -> io::Result<StateDir> {
         Err(e) => return Err(err(path, e)),
         Ok(m) => {
             if !m.file_type().is_dir() {
-                return Err(err(path, "exists and is not a directory (symlinks are refused)"));
+                return Err(err(
+                    path,
+                    "exists and is not a directory (symlinks are refused)",
+                ));
             }
             if m.uid() != euid {
-                return Err(err(path, format!("owned by uid {}, not by us ({euid})", m.uid())));
+                return Err(err(
+                    path,
+                    format!("owned by uid {}, not by us ({euid})", m.uid()),
+                ));
             }
             if std::fs::read_dir(path)?.next().is_some() {
-                return Err(err(path, "exists and is not empty (one state directory per action)"));
+                return Err(err(
+                    path,
+                    "exists and is not empty (one state directory per action)",
+                ));
             }
         }
     }
@@ -74,10 +83,20 @@ pub fn create(path: &Path) -> io::Result<StateDir> {
     mkfifoat(&dir, REQUESTS, Mode::from_bits_truncate(0o600))?;
     // umask may have taken bits away; the entries were just made by us in a
     // 0700 directory, so following (there is nothing to follow) is safe.
-    fchmodat(&dir, REQUESTS, Mode::from_bits_truncate(0o600), FchmodatFlags::FollowSymlink)?;
+    fchmodat(
+        &dir,
+        REQUESTS,
+        Mode::from_bits_truncate(0o600),
+        FchmodatFlags::FollowSymlink,
+    )?;
     for sub in [REPLIES, TMP] {
         mkdirat(&dir, sub, Mode::from_bits_truncate(0o700))?;
-        fchmodat(&dir, sub, Mode::from_bits_truncate(0o700), FchmodatFlags::FollowSymlink)?;
+        fchmodat(
+            &dir,
+            sub,
+            Mode::from_bits_truncate(0o700),
+            FchmodatFlags::FollowSymlink,
+        )?;
     }
     let fifo = openat(
         &dir,

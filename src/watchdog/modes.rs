@@ -1,0 +1,194 @@
+//! The two ways to run an action: `run` (a controller drives it through the
+//! FIFO) and `exec` (the watchdog is its own controller, like timeout(1)).
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use super::action::{Action, ExecResult, Finished};
+use super::config::Config;
+use super::start::{prepare, RootChoice};
+use super::state_dir;
+use crate::audit::record::{Outcome, StopReason};
+use crate::audit::AuditWriter;
+use crate::inventory;
+use crate::protocol::RefusalReason;
+
+/// timeout(1)'s codes, which `exec` and `submit` share.
+pub const EXIT_STOPPED: i32 = 124;
+pub const EXIT_OWN_FAILURE: i32 = 125;
+pub const EXIT_CANNOT_EXECUTE: i32 = 126;
+pub const EXIT_NOT_FOUND: i32 = 127;
+
+fn fail(msg: impl std::fmt::Display) -> i32 {
+    eprintln!("rea-watchdog: {msg}");
+    EXIT_OWN_FAILURE
+}
+
+/// Everything up to a serving action: checks, start, state dir, log.
+fn open_action(cfg: &Config, root: &RootChoice, new_session: bool) -> Result<Action, String> {
+    if cfg.audit_log.exists() {
+        return Err(format!(
+            "audit log {} already exists (one log per action; it is never appended to)",
+            cfg.audit_log.display()
+        ));
+    }
+    let staging_start = match &cfg.staging {
+        Some(p) => Some(
+            inventory::dir_identity(p)
+                .map_err(|e| format!("staging directory {}: {e}", p.display()))?,
+        ),
+        None => None,
+    };
+    let started = prepare(root, new_session)?;
+    if new_session && !started.own_session {
+        eprintln!(
+            "rea-watchdog: warning: already a process-group leader, so setsid() is impossible; \
+             staying in the caller's session (a hangup stops the action cleanly)"
+        );
+    }
+    let state = state_dir::create(&cfg.state_dir).map_err(|e| e.to_string())?;
+    let audit = AuditWriter::create(&cfg.audit_log, &cfg.run_id)
+        .map_err(|e| format!("audit log {}: {e}", cfg.audit_log.display()))?;
+    Action::new(cfg.clone(), started, state, audit, staging_start)
+}
+
+fn ready_line(action: &Action, cfg: &Config) -> String {
+    let state = action.state();
+    json!({
+        "event": "ready",
+        "run_id": action.run_id(),
+        "pid": std::process::id(),
+        "start_time": crate::process::identity::self_start_time().unwrap_or(0),
+        "uid": nix::unistd::getuid().as_raw(),
+        "state_dir": state.path,
+        "fifo": state.fifo_path(),
+        "audit_log": std::path::absolute(&cfg.audit_log).unwrap_or(cfg.audit_log.clone()),
+    })
+    .to_string()
+}
+
+fn sealed_line(f: &Finished) -> String {
+    match &f.head {
+        Some(head) => json!({
+            "event": "sealed",
+            "run_id": f.run_id,
+            "head": head,
+            "outcome": f.outcome,
+            "stop_reason": f.stop_reason,
+            "positive": f.positive,
+            "audit_log": f.audit_log,
+        }),
+        None => json!({
+            "event": "unsealed",
+            "run_id": f.run_id,
+            "detail": f.audit_error.clone().unwrap_or_else(|| "the receipt could not be written".into()),
+            "audit_log": f.audit_log,
+        }),
+    }
+    .to_string()
+}
+
+/// `rea-watchdog run`: exit 0 only for a positive, sealed receipt.
+pub fn run(cfg: Config, root: RootChoice) -> i32 {
+    let action = match open_action(&cfg, &root, true) {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let line = ready_line(&action, &cfg);
+    if let Err(e) = action.state().write_ready(&line) {
+        return fail(format!("cannot write ready.json: {e}"));
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|_| out.flush());
+    let fin = action.run();
+    let _ = writeln!(out, "{}", sealed_line(&fin)).and_then(|_| out.flush());
+    if fin.positive {
+        0
+    } else {
+        1
+    }
+}
+
+/// `rea-watchdog exec`: ARGV's status, 124 stopped (128+N when a signal to
+/// the watchdog stopped it), 125 own failure, 126/127 cannot execute/find.
+pub fn exec(mut cfg: Config, argv: Vec<OsString>, deadline: Option<std::time::Duration>) -> i32 {
+    let base = std::env::var_os("TMPDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    let state_path = match mkdtemp(&base, "rea-exec.") {
+        Ok(p) => p,
+        Err(e) => {
+            return fail(format!(
+                "cannot create a private state directory in {}: {e}",
+                base.display()
+            ))
+        }
+    };
+    cfg.state_dir = state_path.clone();
+    let announce = cfg.audit_log.as_os_str().is_empty();
+    if announce {
+        cfg.audit_log = base.join(format!("rea-exec-{}.jsonl", cfg.run_id));
+    }
+    let mut action = match open_action(
+        &cfg,
+        &RootChoice {
+            pid: None,
+            start_time: None,
+        },
+        false,
+    ) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&state_path);
+            return fail(e);
+        }
+    };
+    if announce {
+        eprintln!("rea-watchdog: audit log {}", cfg.audit_log.display());
+    }
+    let mut argv = argv;
+    if let Some(p) = argv
+        .first()
+        .and_then(|a| a.to_str())
+        .and_then(crate::client::resolve_program)
+    {
+        argv[0] = p.into_os_string();
+    }
+    action.spawn_exec_job(&argv, deadline);
+    exec_status(&action.run())
+}
+
+/// exec's exit status for how the action ended.
+fn exec_status(fin: &Finished) -> i32 {
+    if fin.head.is_none() {
+        eprintln!(
+            "rea-watchdog: the audit log could not be sealed: {}",
+            fin.audit_error.as_deref().unwrap_or("unknown error")
+        );
+        return EXIT_OWN_FAILURE;
+    }
+    match fin.exec {
+        Some(ExecResult::Failed(RefusalReason::NotFound)) => return EXIT_NOT_FOUND,
+        Some(ExecResult::Failed(RefusalReason::NotExecutable)) => return EXIT_CANNOT_EXECUTE,
+        Some(ExecResult::Failed(_)) | None => return EXIT_OWN_FAILURE,
+        Some(ExecResult::Exited(_)) => {}
+    }
+    if !fin.positive {
+        eprintln!("rea-watchdog: quiescence was not proven; see the audit log");
+        return EXIT_OWN_FAILURE;
+    }
+    match (fin.outcome, fin.stop_reason, fin.signal, fin.exec) {
+        (Outcome::Stopped, Some(StopReason::Signal), Some(sig), _) => 128 + sig,
+        (Outcome::Stopped, ..) => EXIT_STOPPED,
+        (Outcome::Closed, _, _, Some(ExecResult::Exited(status))) => status.shell_code(),
+        (Outcome::Closed, ..) => EXIT_OWN_FAILURE,
+    }
+}
+
+fn mkdtemp(base: &std::path::Path, prefix: &str) -> std::io::Result<PathBuf> {
+    let template = base.join(format!("{prefix}XXXXXX"));
+    nix::unistd::mkdtemp(&template).map_err(std::io::Error::from)
+}
