@@ -9,7 +9,9 @@
 use std::collections::{HashMap, HashSet};
 
 use super::reader::Record;
-use super::record::{Event, Ident, Outcome, Receipt, RunStarted};
+use super::record::{
+    Event, Ident, Outcome, Receipt, RunStarted, StagingInventoried, StopCompleted,
+};
 use super::verdict::{Code, Reason};
 
 fn mismatch(detail: String) -> Reason {
@@ -42,6 +44,8 @@ pub fn replay(records: &[Record], receipt: &Receipt) -> Vec<Reason> {
     let mut first_stop = None;
     let mut firsts = 0u32;
     let mut temp_removed = None;
+    let mut last_completed: Option<&StopCompleted> = None;
+    let mut last_staging: Option<&StagingInventoried> = None;
     let mut sweep_members: HashMap<u32, HashSet<i32>> = HashMap::new();
 
     // Pass 1: closure members per sweep (a sweep may span several parts).
@@ -95,6 +99,8 @@ pub fn replay(records: &[Record], receipt: &Receipt) -> Vec<Reason> {
                 }
             }
             Event::TempRootRemoved(t) => temp_removed = Some(t.removed),
+            Event::StopCompleted(c) => last_completed = Some(c),
+            Event::StagingInventoried(s) => last_staging = Some(s),
             _ => {}
         }
     }
@@ -140,6 +146,20 @@ pub fn replay(records: &[Record], receipt: &Receipt) -> Vec<Reason> {
     if receipt.temp_root_removed && temp_removed != Some(true) {
         out.push(mismatch(
             "receipt says the temp root was removed; no record shows it".into(),
+        ));
+    }
+    if let Some(c) = last_completed {
+        let proved = c.echild && c.scan_empty && c.left == 0;
+        if !proved && (receipt.quiescent || receipt.no_live_or_waitable_descendants) {
+            out.push(mismatch(format!(
+                "receipt claims quiescence; the stop ended with echild={} scan_empty={} left={}",
+                c.echild, c.scan_empty, c.left
+            )));
+        }
+    }
+    if receipt.staging.is_some() && receipt.staging.as_ref() != last_staging {
+        out.push(mismatch(
+            "staging inventory in the receipt differs from the staging_inventoried record".into(),
         ));
     }
     let staged = receipt.staging.as_ref().map(|s| &s.identity);

@@ -73,15 +73,29 @@ pub fn verify_bytes(data: &[u8], name: &str, opts: &VerifyOptions) -> Verdict {
 
     let (lines, torn) = split_lines(data);
     let records = check_lines(&lines, &mut rs);
+    let has_receipt = records.iter().any(|r| matches!(r.event, Event::Receipt(_)));
     if let Some(t) = torn {
-        rs.push(
-            Code::TornLine,
-            Some(lines.len() as u64 + 1),
-            format!(
-                "{} bytes after the last newline (a write that did not finish)",
-                t.len()
-            ),
-        );
+        if has_receipt {
+            // The watchdog writes nothing after its receipt, so these bytes
+            // are not a write it failed to finish: someone else appended them.
+            rs.push(
+                Code::RecordAfterReceipt,
+                Some(lines.len() as u64 + 1),
+                format!(
+                    "{} bytes without a newline after the receipt (the watchdog never writes after it)",
+                    t.len()
+                ),
+            );
+        } else {
+            rs.push(
+                Code::TornLine,
+                Some(lines.len() as u64 + 1),
+                format!(
+                    "{} bytes after the last newline (a write that did not finish)",
+                    t.len()
+                ),
+            );
+        }
     }
     v.records = lines.len() as u64;
     v.head = lines.last().map(|l| chain::line_hash(l));
@@ -114,7 +128,6 @@ pub fn verify_bytes(data: &[u8], name: &str, opts: &VerifyOptions) -> Verdict {
         Some(Event::Receipt(rc)) if records.len() == lines.len() => Some(rc.clone()),
         _ => None,
     };
-    let has_receipt = records.iter().any(|r| matches!(r.event, Event::Receipt(_)));
     if !has_receipt {
         rs.push(
             Code::NoReceipt,
@@ -221,9 +234,11 @@ fn check_lines(lines: &[&[u8]], rs: &mut Reasons) -> Vec<Record> {
 
 /// The verdict table (SPEC 5) for an intact, sealed log.
 fn judge(records: &[Record], rc: &Receipt, opts: &VerifyOptions, rs: &mut Reasons) {
-    let audit_failed = records.iter().any(
-        |r| matches!(&r.event, Event::StopTriggered(t) if t.reason == StopReason::AuditFailure),
-    );
+    let stopped_for = |reason| rc.outcome == Outcome::Stopped && rc.stop_reason == Some(reason);
+    let audit_failed = stopped_for(StopReason::AuditFailure)
+        || records.iter().any(
+            |r| matches!(&r.event, Event::StopTriggered(t) if t.reason == StopReason::AuditFailure),
+        );
     if audit_failed {
         rs.push(
             Code::AuditFailure,
@@ -255,7 +270,16 @@ fn judge(records: &[Record], rc: &Receipt, opts: &VerifyOptions, rs: &mut Reason
             "the private temp root was not removed",
         );
     }
-    if rc.outcome == Outcome::Stopped && rc.stop_reason == Some(StopReason::RootLost) {
+    if stopped_for(StopReason::MappingRefused) && rc.uncertain_mappings == 0 {
+        // Not a reason the table lets through: the stop itself says a
+        // descendant could not be proven, whatever the count claims.
+        rs.push(
+            Code::UncertainMappings,
+            None,
+            "the action stopped because a descendant could not be proven (mapping_refused)",
+        );
+    }
+    if stopped_for(StopReason::RootLost) {
         rs.push(
             Code::RootLost,
             None,
