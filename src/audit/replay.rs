@@ -162,10 +162,12 @@ pub fn replay(records: &[Record], receipt: &Receipt) -> Vec<Reason> {
             "staging inventory in the receipt differs from the staging_inventoried record".into(),
         ));
     }
-    let staged = receipt.staging.as_ref().map(|s| &s.identity);
-    if staged != start.staging.as_ref() {
+    // Whether the stage was *replaced* during the action is a verdict
+    // (staging_mismatch), not tampering; here only presence must agree.
+    if receipt.staging.is_some() != start.staging.is_some() {
         out.push(mismatch(
-            "staging identity in the receipt differs from the one at start".into(),
+            "the receipt and the start record disagree on whether there is a staging directory"
+                .into(),
         ));
     }
     out

@@ -1,4 +1,384 @@
-fn main() {
-    eprintln!("rea-watchdog: not built yet");
-    std::process::exit(125);
+//! `rea-watchdog`: owns every process of one action and proves none is left.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use rea::audit::record::Mode;
+use rea::client::{resolve_program, Session};
+use rea::protocol::{is_token, RefusalReason, Reply};
+use rea::units::{parse_bytes, parse_duration, parse_positive_duration};
+use rea::watchdog::config::{new_run_id, Config};
+use rea::watchdog::modes::{
+    self, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_OWN_FAILURE, EXIT_STOPPED,
+};
+use rea::watchdog::start::RootChoice;
+
+const EXIT_HELP: &str = "\
+Exit status:
+  run     0 sealed with a positive receipt, 1 sealed negative or unsealed,
+          125 could not start (nothing was launched)
+  exec    ARGV's status (128+N if killed by signal N); 124 the action was
+          stopped (deadline, orphans, excess output...); 128+N a signal N to
+          the watchdog stopped it (130 for Ctrl-C); 125 rea-watchdog's own
+          failure; 126 ARGV cannot be executed; 127 ARGV not found
+  submit  the job's status; 124 stopped; 125 refused or error; 126/127
+  stop    0 stopped and quiescent, 1 stopped without proof, 125 error
+  close   0 positive receipt, 1 negative, 125 error";
+
+#[derive(Parser)]
+#[command(
+    name = "rea-watchdog",
+    version,
+    about = "Own every process of one action, stop it safely, prove nothing is left",
+    long_about = "rea-watchdog owns every process of one action: each job is its own child in its \
+own session, every orphan comes back to it (child subreaper), and on any stop trigger it \
+TERMs, then KILLs, only processes it has bound to a verified pidfd, until waitid says ECHILD \
+and /proc shows no descendant. Every decision goes into a SHA-256 hash-chained audit log; \
+`rea-audit verify` decides from it whether the staging directory may be deleted.",
+    after_help = EXIT_HELP
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Args, Clone)]
+struct Bounds {
+    /// SIGTERM grace before SIGKILL sweeps (like timeout: 0.5, 500ms, 2s).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "500ms")]
+    term_grace: Duration,
+    /// Longest the SIGKILL sweeps may take before the proof fails.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "3s")]
+    kill_bound: Duration,
+    /// Forward these environment variables to jobs (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pass_env: Vec<String>,
+    /// A staging directory to inventory at close (never deleted).
+    #[arg(long, value_name = "DIR")]
+    staging: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start a watchdog that serves a controller through DIR/requests.
+    #[command(after_help = "\
+Example (a controller in Python would read the ready line from stdout):
+  rea-watchdog run --state-dir /tmp/act1 --audit-log /tmp/act1.jsonl \\
+      --staging /srv/stage --action-deadline 10m
+  REA_STATE_DIR=/tmp/act1 rea-watchdog submit --name install --deadline 200s -- ./install.sh
+  rea-watchdog close --state-dir /tmp/act1      # prints the head hash to pin
+  rea-audit verify /tmp/act1.jsonl --expect-head HEX --staging /srv/stage
+
+The root controller is the parent unless --root-pid is given; if it dies, the
+action stops (root_lost) and the verdict is retain.")]
+    Run {
+        /// Private state directory (created 0700, or an empty one of ours).
+        #[arg(long, value_name = "DIR")]
+        state_dir: PathBuf,
+        /// The audit log to create (must not exist).
+        #[arg(long, value_name = "FILE")]
+        audit_log: PathBuf,
+        /// Run id ([A-Za-z0-9_.-]{1,64}); generated when absent.
+        #[arg(long, value_name = "ID")]
+        run_id: Option<String>,
+        /// The root controller's pid (default: the parent).
+        #[arg(long, value_name = "PID")]
+        root_pid: Option<i32>,
+        /// The root's start time (/proc/PID/stat field 22), to pin its identity.
+        #[arg(long, value_name = "TICKS", requires = "root_pid")]
+        root_start_time: Option<u64>,
+        /// Deadline for the whole action; caps every job's deadline.
+        #[arg(long, value_name = "DUR", value_parser = parse_positive_duration)]
+        action_deadline: Option<Duration>,
+        /// Combined stdout+stderr cap per job (65536, 64K, 1M).
+        #[arg(long, value_name = "BYTES", value_parser = parse_bytes, default_value = "64K")]
+        output_cap: u64,
+        #[command(flatten)]
+        bounds: Bounds,
+    },
+    /// Run ARGV as a one-job action, like timeout(1) but owning the whole tree.
+    #[command(after_help = "\
+Example:
+  rea-watchdog exec --deadline 60 -- make -j2 check
+ARGV's output goes to this process's stdout/stderr (counted; uncapped unless
+--output-cap). Orphans ARGV leaves behind are stopped (exit 124). Ctrl-C stops
+the action cleanly (exit 130). Nested jobs: ARGV may run
+`rea-watchdog submit -- ...` (REA_STATE_DIR is set for it).")]
+    Exec {
+        /// Where to write the audit log (default: a private file, path on stderr).
+        #[arg(long, value_name = "FILE")]
+        audit_log: Option<PathBuf>,
+        /// Stop the action after this long (exit 124).
+        #[arg(long, value_name = "DUR", value_parser = parse_positive_duration)]
+        deadline: Option<Duration>,
+        /// Stop the action if ARGV writes more than this many bytes in all.
+        #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+        output_cap: Option<u64>,
+        #[command(flatten)]
+        bounds: Bounds,
+        /// The command and its arguments.
+        #[arg(required = true, last = true, value_name = "ARGV")]
+        argv: Vec<OsString>,
+    },
+    /// Ask a running watchdog to run ARGV as this process's job and wait.
+    #[command(after_help = "\
+The job runs as the watchdog's child in its own session, not as ours; our
+exit status is the job's. With --capture its output comes back and is
+printed here. If this process dies first, the whole action stops
+(caller_lost).")]
+    Submit {
+        #[arg(long, value_name = "DIR", env = "REA_STATE_DIR")]
+        state_dir: PathBuf,
+        /// A label for the audit log (install, rehearsal, ...).
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// The job's deadline (the action stops when it passes).
+        #[arg(long, value_name = "DUR", value_parser = parse_positive_duration, default_value = "60s")]
+        deadline: Duration,
+        /// Return the job's output (up to the cap) and print it here.
+        #[arg(long)]
+        capture: bool,
+        #[arg(required = true, last = true, value_name = "ARGV")]
+        argv: Vec<String>,
+    },
+    /// Stop the action now (stop_requested) and wait until it is stopped.
+    Stop {
+        #[arg(long, value_name = "DIR", env = "REA_STATE_DIR")]
+        state_dir: PathBuf,
+        #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "8s")]
+        wait: Duration,
+    },
+    /// Close the action: prove quiescence, write the receipt, print the head.
+    Close {
+        #[arg(long, value_name = "DIR", env = "REA_STATE_DIR")]
+        state_dir: PathBuf,
+        #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "8s")]
+        wait: Duration,
+    },
+}
+
+fn config(mode: Mode, run_id: Option<String>, b: Bounds) -> Result<Config, String> {
+    let run_id = run_id.unwrap_or_else(new_run_id);
+    if !is_token(&run_id) {
+        return Err(format!(
+            "--run-id {run_id:?} must match [A-Za-z0-9_.-]{{1,64}}"
+        ));
+    }
+    for name in &b.pass_env {
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            return Err(format!("--pass-env {name:?} is not a variable name"));
+        }
+    }
+    Ok(Config {
+        mode,
+        run_id,
+        state_dir: PathBuf::new(),
+        audit_log: PathBuf::new(),
+        staging: b.staging,
+        action_deadline: None,
+        term_grace: b.term_grace,
+        kill_bound: b.kill_bound,
+        output_cap: None,
+        pass_env: b.pass_env,
+    })
+}
+
+fn die(msg: impl std::fmt::Display) -> i32 {
+    eprintln!("rea-watchdog: {msg}");
+    EXIT_OWN_FAILURE
+}
+
+fn main() -> ExitCode {
+    let code = match Cli::try_parse() {
+        Ok(cli) => dispatch(cli.cmd),
+        Err(e) => {
+            let _ = e.print();
+            if e.use_stderr() {
+                EXIT_OWN_FAILURE
+            } else {
+                0
+            }
+        }
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+fn dispatch(cmd: Cmd) -> i32 {
+    match cmd {
+        Cmd::Run {
+            state_dir,
+            audit_log,
+            run_id,
+            root_pid,
+            root_start_time,
+            action_deadline,
+            output_cap,
+            bounds,
+        } => {
+            let mut cfg = match config(Mode::Run, run_id, bounds) {
+                Ok(c) => c,
+                Err(e) => return die(e),
+            };
+            cfg.state_dir = state_dir;
+            cfg.audit_log = audit_log;
+            cfg.action_deadline = action_deadline;
+            cfg.output_cap = Some(output_cap);
+            modes::run(
+                cfg,
+                RootChoice {
+                    pid: root_pid,
+                    start_time: root_start_time,
+                },
+            )
+        }
+        Cmd::Exec {
+            audit_log,
+            deadline,
+            output_cap,
+            bounds,
+            argv,
+        } => {
+            let mut cfg = match config(Mode::Exec, None, bounds) {
+                Ok(c) => c,
+                Err(e) => return die(e),
+            };
+            cfg.audit_log = audit_log.unwrap_or_default();
+            cfg.output_cap = output_cap;
+            modes::exec(cfg, argv, deadline)
+        }
+        Cmd::Submit {
+            state_dir,
+            name,
+            deadline,
+            capture,
+            mut argv,
+        } => {
+            if let Some(n) = &name {
+                if !is_token(n) {
+                    return die(format!("--name {n:?} must match [A-Za-z0-9_.-]{{1,64}}"));
+                }
+            }
+            match resolve_program(&argv[0]) {
+                Some(p) => argv[0] = p.to_string_lossy().into_owned(),
+                None => {
+                    eprintln!("rea-watchdog: {}: command not found", argv[0]);
+                    return EXIT_NOT_FOUND;
+                }
+            }
+            let session = match Session::open(&state_dir) {
+                Ok(s) => s,
+                Err(e) => return die(e),
+            };
+            match session.submit(argv, deadline, capture, name) {
+                Ok(replies) => submit_status(&replies),
+                Err(e) => die(e),
+            }
+        }
+        Cmd::Stop { state_dir, wait } => {
+            let session = match Session::open(&state_dir) {
+                Ok(s) => s,
+                Err(e) => return die(e),
+            };
+            match session.stop(wait) {
+                Ok(Reply::StopComplete {
+                    reason, quiescent, ..
+                }) => {
+                    println!(
+                        "{}",
+                        serde_json::json!({"stopped": true, "reason": reason, "quiescent": quiescent})
+                    );
+                    if quiescent {
+                        0
+                    } else {
+                        1
+                    }
+                }
+                Ok(Reply::Refused { reason, detail, .. }) => {
+                    die(format!("stop refused: {} ({detail})", reason.as_str()))
+                }
+                Ok(other) => die(format!("unexpected reply: {other:?}")),
+                Err(e) => die(e),
+            }
+        }
+        Cmd::Close { state_dir, wait } => {
+            let session = match Session::open(&state_dir) {
+                Ok(s) => s,
+                Err(e) => return die(e),
+            };
+            match session.close(wait) {
+                Ok(Reply::Closed {
+                    outcome,
+                    stop_reason,
+                    positive,
+                    head,
+                    audit_log,
+                    ..
+                }) => {
+                    println!(
+                        "{}",
+                        serde_json::json!({
+                            "outcome": outcome, "stop_reason": stop_reason, "positive": positive,
+                            "head": head, "audit_log": audit_log,
+                        })
+                    );
+                    if positive {
+                        0
+                    } else {
+                        1
+                    }
+                }
+                Ok(Reply::Refused { reason, detail, .. }) => {
+                    die(format!("close refused: {} ({detail})", reason.as_str()))
+                }
+                Ok(other) => die(format!("unexpected reply: {other:?}")),
+                Err(e) => die(e),
+            }
+        }
+    }
+}
+
+/// Prints captured output and maps the result like timeout(1).
+fn submit_status(replies: &[Reply]) -> i32 {
+    use std::io::Write;
+    let print = |s: &rea::protocol::StreamReply, out: &mut dyn Write| {
+        if let Some(bytes) = s.data_b64.as_deref().and_then(rea::b64::decode) {
+            let _ = out.write_all(&bytes);
+            let _ = out.flush();
+        }
+    };
+    match replies.last() {
+        Some(Reply::Exited {
+            status,
+            stdout,
+            stderr,
+            ..
+        }) => {
+            print(stdout, &mut std::io::stdout());
+            print(stderr, &mut std::io::stderr());
+            status.shell_code()
+        }
+        Some(Reply::Stopped {
+            reason,
+            stdout,
+            stderr,
+            ..
+        }) => {
+            print(stdout, &mut std::io::stdout());
+            print(stderr, &mut std::io::stderr());
+            eprintln!("rea-watchdog: the action was stopped ({})", reason.as_str());
+            EXIT_STOPPED
+        }
+        Some(Reply::Refused { reason, detail, .. }) => {
+            eprintln!("rea-watchdog: refused: {} ({detail})", reason.as_str());
+            match reason {
+                RefusalReason::NotFound => EXIT_NOT_FOUND,
+                RefusalReason::NotExecutable => EXIT_CANNOT_EXECUTE,
+                _ => EXIT_OWN_FAILURE,
+            }
+        }
+        other => die(format!("unexpected reply: {other:?}")),
+    }
 }

@@ -388,7 +388,11 @@ impl Action {
     }
 
     fn maybe_finish(&mut self) {
-        if self.phase == Phase::Stopped && (self.exit_after_stop || self.close.is_some()) {
+        // exec closes by itself once its one job is gone.
+        let exec_done = self.cfg.mode == Mode::Exec && self.jobs.is_empty();
+        if self.phase == Phase::Stopped
+            && (self.exit_after_stop || self.close.is_some() || exec_done)
+        {
             self.finalize();
         }
     }
@@ -1267,8 +1271,14 @@ impl Action {
         let scan_empty = matches!(&scan, Ok(s) if s.is_empty());
         let held_exited =
             self.stopper.as_mut().is_none_or(|s| s.held_exited()) && self.jobs.is_empty();
+        // A stop that ran out of its kill bound failed its proof for good,
+        // even if the stragglers died later.
+        let stop_proved = self
+            .stop_result
+            .as_ref()
+            .is_none_or(|c| c.echild && c.scan_empty && c.left == 0);
         let no_live = echild && scan_empty;
-        let quiescent = no_live && held_exited;
+        let quiescent = no_live && held_exited && stop_proved;
         let temp_root_removed = self.clear_temp_root(quiescent);
         let staging = self.inventory_staging();
         let root_alive = !self.root.has_exited();

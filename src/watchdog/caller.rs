@@ -51,7 +51,7 @@ pub fn verify(claim: Caller, me: Ident, root: Ident) -> Result<Verified, Refused
         if pid == me.pid {
             return Ok(Verified::Bound(fd));
         }
-        if pid <= 1 {
+        if pid <= 0 {
             break;
         }
         let st = match read_stat(pid) {
@@ -64,8 +64,13 @@ pub fn verify(claim: Caller, me: Ident, root: Ident) -> Result<Verified, Refused
                 ))
             }
         };
+        // The root may be pid 1 (a PID namespace's init): compare before
+        // stopping at the top of the tree.
         if pid == root.pid && st.start_time == root.start_time {
             return Ok(Verified::Bound(fd));
+        }
+        if pid == 1 {
+            break;
         }
         pid = st.ppid;
     }

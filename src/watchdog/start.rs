@@ -40,9 +40,12 @@ fn bind_root(choice: &RootChoice, uid: u32) -> Result<(VerifiedPidFd, RootSource
         Some(p) => (p, RootSource::Argument),
         None => (nix::unistd::getppid().as_raw(), RootSource::Parent),
     };
-    if pid <= 1 {
+    // The parent may be init (pid 1 in a PID namespace is a real
+    // controller). A controller that can die before the watchdog binds it
+    // should pass --root-pid and --root-start-time instead.
+    if pid <= 0 {
         return Err(format!(
-            "root controller pid {pid} is init: the controller is already gone (refusing to start)"
+            "root controller pid {pid} is not a process (refusing to start)"
         ));
     }
     let start_time = match choice.start_time {
