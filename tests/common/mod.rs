@@ -2,5 +2,6 @@
 //! uses what it needs.
 #![allow(dead_code)]
 
+pub mod harness;
 pub mod logs;
 pub mod schema;
