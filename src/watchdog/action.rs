@@ -260,6 +260,10 @@ impl Action {
     // ----- the audit log -------------------------------------------------
 
     fn append(&mut self, ev: Event) {
+        if self.phase == Phase::Finished {
+            // Sealed: the receipt is the last record, whatever else arrives.
+            return;
+        }
         match self.audit.append(&ev) {
             Ok(_) => self.count(&ev),
             Err(e) => self.audit_failed(e),
@@ -335,6 +339,9 @@ impl Action {
             }
             let mut children = false;
             for ev in events.iter() {
+                if self.phase == Phase::Finished {
+                    break;
+                }
                 match ev.token() {
                     T_SIGNALS => self.on_signals(&mut children),
                     T_ROOT => self.on_root_lost(),
@@ -511,7 +518,7 @@ impl Action {
     /// Splits FIFO bytes into request lines; a line over the cap is refused
     /// once and skipped up to its newline.
     fn feed(&mut self, mut data: &[u8]) {
-        while !data.is_empty() {
+        while !data.is_empty() && self.phase != Phase::Finished {
             match data.iter().position(|&b| b == b'\n') {
                 Some(i) => {
                     let (line, rest) = (&data[..i], &data[i + 1..]);
@@ -1016,7 +1023,7 @@ impl Action {
             self.finish_job(num);
         }
         if any && self.phase == Phase::Running {
-            self.after_job_exit();
+            self.after_job_exit(last);
         }
         last
     }
@@ -1099,8 +1106,15 @@ impl Action {
     /// After a leader exits while running: every live descendant must be a
     /// running job's leader or in a running job's session; others were
     /// abandoned. A descendant whose uid is not ours cannot be proven.
-    fn after_job_exit(&mut self) {
-        let scan = match descendants(self.me.pid) {
+    /// `peek` is what waitid said after reaping: with ECHILD there is no
+    /// descendant at all (every orphan comes back to the subreaper), so the
+    /// `/proc` scan is skipped.
+    fn after_job_exit(&mut self, peek: Peek) {
+        let scan = match peek {
+            Peek::NoChildren => Ok(Vec::new()),
+            _ => descendants(self.me.pid),
+        };
+        let scan = match scan {
             Ok(s) => s,
             Err(e) => {
                 return self.trigger(
@@ -1174,7 +1188,9 @@ impl Action {
         processes: Vec<Proc>,
     ) {
         let first = self.phase == Phase::Running;
-        self.record(Event::StopTriggered(StopTriggered {
+        // Not synced here: the first sweep's sync makes it durable before
+        // any signal goes out (one fdatasync on the way to the first TERM).
+        self.append(Event::StopTriggered(StopTriggered {
             reason,
             first,
             detail: bounded(&detail),
@@ -1227,9 +1243,12 @@ impl Action {
                         Vec::new(),
                     );
                 }
-                self.reap_all();
-                if self.phase != Phase::Running {
-                    return; // reaping found something to stop
+                let peek = self.reap_all();
+                if self.phase != Phase::Running || self.close.is_none() {
+                    return; // reaping found something to stop, or finished
+                }
+                if peek == Peek::NoChildren {
+                    return self.finalize(); // which cross-checks with a scan
                 }
                 match descendants(self.me.pid) {
                     Ok(scan) if scan.is_empty() => self.finalize(),

@@ -6,11 +6,6 @@ use std::time::Duration;
 use crate::audit::record::{Bounds, Mode};
 use crate::clock::millis;
 
-/// SPEC 3.9 defaults.
-pub const DEFAULT_TERM_GRACE: Duration = Duration::from_millis(500);
-pub const DEFAULT_KILL_BOUND: Duration = Duration::from_secs(3);
-pub const DEFAULT_OUTPUT_CAP: u64 = 64 * 1024;
-
 #[derive(Clone, Debug)]
 pub struct Config {
     pub mode: Mode,

@@ -12,7 +12,7 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{openat, OFlag};
@@ -146,7 +146,11 @@ impl StateDir {
     /// Writes `ready.json` atomically (a client never reads half of it).
     pub fn write_ready(&self, line: &str) -> io::Result<()> {
         let tmp = self.path.join(".ready.json.tmp");
-        let mut f = File::create(&tmp)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
         f.write_all(line.as_bytes())?;
         f.write_all(b"\n")?;
         f.sync_all()?;
