@@ -285,9 +285,15 @@ impl Session {
             ];
             // SAFETY: two valid pollfds.
             unsafe { libc::poll(fds.as_mut_ptr(), 2, wait.as_millis() as libc::c_int) };
+            // A FIFO reports POLLHUP only after a writer came and went: the
+            // watchdog closed this channel and nothing more will arrive.
             if fds[0].revents & libc::POLLHUP != 0 && fds[0].revents & libc::POLLIN == 0 {
-                // The writer closed with nothing more to say: avoid spinning.
-                std::thread::sleep(Duration::from_millis(5));
+                let mut rest = Vec::new();
+                let _ = fifo.file.read_to_end(&mut rest);
+                if rest.is_empty() {
+                    return Err(cerr("the watchdog closed the reply channel without an answer"));
+                }
+                fifo.buf.extend_from_slice(&rest);
             }
         }
     }
