@@ -13,15 +13,15 @@ use super::record::Event;
 use super::verdict::Code;
 use super::writer::MAX_LINE;
 
-/// One record, as read.
+/// One record, as read (envelope strings borrowed from the line).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Record {
+pub struct Record<'a> {
     pub v: u32,
-    pub run: String,
+    pub run: Cow<'a, str>,
     pub seq: u64,
-    pub ts: String,
+    pub ts: Cow<'a, str>,
     pub mono_ns: u64,
-    pub prev: String,
+    pub prev: Cow<'a, str>,
     pub event: Event,
 }
 
@@ -74,7 +74,7 @@ fn json_code(e: &serde_json::Error) -> Code {
 }
 
 /// Parses one line (without its `\n`).
-pub fn parse_line(line: &[u8]) -> Result<Record, LineError> {
+pub fn parse_line(line: &[u8]) -> Result<Record<'_>, LineError> {
     if line.len() > MAX_LINE {
         return Err(err(
             Code::LineTooLong,
@@ -116,11 +116,11 @@ pub fn parse_line(line: &[u8]) -> Result<Record, LineError> {
     }
     Ok(Record {
         v: wire.v,
-        run: wire.run.into_owned(),
+        run: wire.run,
         seq: wire.seq,
-        ts: wire.ts.into_owned(),
+        ts: wire.ts,
         mono_ns: wire.mono_ns,
-        prev: wire.prev.into_owned(),
+        prev: wire.prev,
         event,
     })
 }

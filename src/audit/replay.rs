@@ -5,12 +5,17 @@
 //! what makes a signal defensible: every target has the watchdog's uid, is
 //! neither the watchdog nor the root, and hangs off the watchdog through
 //! parent links listed in the same sweep.
+//!
+//! It runs as the log streams by (records are fed in order and not kept),
+//! so verifying a log of millions of records needs little memory. A sweep's
+//! parts are consecutive records; its closure check runs once the sweep's
+//! last part has been seen.
 
 use std::collections::{HashMap, HashSet};
 
-use super::reader::Record;
 use super::record::{
-    Event, Ident, Outcome, Receipt, RunStarted, StagingInventoried, StopCompleted,
+    Event, Ident, Outcome, Receipt, RunStarted, SignalSweep, StagingInventoried, StopCompleted,
+    StopReason,
 };
 use super::verdict::{Code, Reason};
 
@@ -18,159 +23,225 @@ fn mismatch(detail: String) -> Reason {
     Reason::new(Code::ReplayMismatch, None, detail)
 }
 
-/// Checks the receipt (the last record) against the records before it.
-pub fn replay(records: &[Record], receipt: &Receipt) -> Vec<Reason> {
-    let mut out = Vec::new();
-    let Some(Event::RunStarted(start)) = records.first().map(|r| &r.event) else {
-        return out; // reported as first_not_run_started already
-    };
-    let root = records.iter().find_map(|r| match &r.event {
-        Event::RootBound(b) => Some(b.root),
-        _ => None,
-    });
-    if !matches!(records.get(1).map(|r| &r.event), Some(Event::RootBound(_))) {
-        out.push(mismatch(
-            "the second record is not root_bound: the root was never bound".into(),
-        ));
+#[derive(Default)]
+pub struct Replay {
+    /// The first record, if it is `run_started`.
+    start: Option<RunStarted>,
+    root: Option<Ident>,
+    seen: u64,
+    second_is_root_bound: bool,
+    requests: u64,
+    refused: u64,
+    signals: u64,
+    reaped: u64,
+    uncertain: u64,
+    spawned: HashMap<u64, (i32, u64)>,
+    exited: HashSet<u64>,
+    first_stop: Option<StopReason>,
+    firsts: u32,
+    temp_removed: Option<bool>,
+    last_completed: Option<StopCompleted>,
+    last_staging: Option<StagingInventoried>,
+    /// A `stop_triggered` for `audit_failure` was recorded.
+    pub audit_failure_seen: bool,
+    sweep: Vec<SignalSweep>,
+    out: Vec<Reason>,
+}
+
+impl Replay {
+    pub fn start(&self) -> Option<&RunStarted> {
+        self.start.as_ref()
     }
 
-    let mut requests = 0u64;
-    let mut refused = 0u64;
-    let mut signals = 0u64;
-    let mut reaped = 0u64;
-    let mut uncertain = 0u64;
-    let mut spawned: HashMap<u64, (i32, u64)> = HashMap::new();
-    let mut exited: HashSet<u64> = HashSet::new();
-    let mut first_stop = None;
-    let mut firsts = 0u32;
-    let mut temp_removed = None;
-    let mut last_completed: Option<&StopCompleted> = None;
-    let mut last_staging: Option<&StagingInventoried> = None;
-    let mut sweep_members: HashMap<u32, HashSet<i32>> = HashMap::new();
-
-    // Pass 1: closure members per sweep (a sweep may span several parts).
-    for r in records {
-        if let Event::SignalSweep(s) = &r.event {
-            let m = sweep_members.entry(s.sweep).or_default();
-            m.extend(s.targets.iter().map(|t| t.pid));
-            m.extend(s.others.iter().map(|o| o.pid));
+    /// Feeds the next record that parsed (the receipt is not fed).
+    pub fn record(&mut self, ev: Event) {
+        self.seen += 1;
+        if !matches!(ev, Event::SignalSweep(_)) {
+            self.flush_sweep();
         }
-    }
-
-    for r in records {
-        match &r.event {
-            Event::RequestReceived(_) => requests += 1,
-            Event::RequestRefused(_) => refused += 1,
+        match ev {
+            Event::RunStarted(s) if self.seen == 1 => self.start = Some(s),
+            Event::RootBound(b) => {
+                self.second_is_root_bound |= self.seen == 2;
+                self.root.get_or_insert(b.root);
+            }
+            Event::RequestReceived(_) => self.requests += 1,
+            Event::RequestRefused(_) => self.refused += 1,
             Event::JobSpawned(j) => {
-                if spawned.insert(j.job, (j.pid, j.start_time)).is_some() {
-                    out.push(mismatch(format!("job {} spawned twice", j.job)));
+                if self.spawned.insert(j.job, (j.pid, j.start_time)).is_some() {
+                    self.out
+                        .push(mismatch(format!("job {} spawned twice", j.job)));
                 }
-                if j.ppid != start.watchdog.pid {
-                    out.push(mismatch(format!(
-                        "job {} has parent {}, not the watchdog",
-                        j.job, j.ppid
-                    )));
+                if let Some(s) = &self.start {
+                    if j.ppid != s.watchdog.pid {
+                        self.out.push(mismatch(format!(
+                            "job {} has parent {}, not the watchdog",
+                            j.job, j.ppid
+                        )));
+                    }
                 }
             }
             Event::JobExited(j) => {
-                reaped += 1;
-                match spawned.get(&j.job) {
+                self.reaped += 1;
+                match self.spawned.get(&j.job) {
                     Some(&(pid, st)) if pid == j.pid && st == j.start_time => {}
-                    _ => out.push(mismatch(format!(
+                    _ => self.out.push(mismatch(format!(
                         "job {} exited but was never spawned as pid {}",
                         j.job, j.pid
                     ))),
                 }
-                if !exited.insert(j.job) {
-                    out.push(mismatch(format!("job {} exited twice", j.job)));
+                if !self.exited.insert(j.job) {
+                    self.out
+                        .push(mismatch(format!("job {} exited twice", j.job)));
                 }
             }
-            Event::Reaped(p) => reaped += p.processes.len() as u64,
-            Event::MappingUncertain(_) => uncertain += 1,
-            Event::StopTriggered(t) if t.first => {
-                firsts += 1;
-                first_stop.get_or_insert(t.reason);
+            Event::Reaped(p) => self.reaped += p.processes.len() as u64,
+            Event::MappingUncertain(_) => self.uncertain += 1,
+            Event::StopTriggered(t) => {
+                if t.reason == StopReason::AuditFailure {
+                    self.audit_failure_seen = true;
+                }
+                if t.first {
+                    self.firsts += 1;
+                    self.first_stop.get_or_insert(t.reason);
+                }
             }
             Event::SignalSweep(s) => {
-                signals += (s.targets.len() * s.signals.len()) as u64;
-                let members = sweep_members.get(&s.sweep);
-                for t in &s.targets {
-                    check_target(start, root, t.ident(), t.ppid, members, s.sweep, &mut out);
+                if self.sweep.first().is_some_and(|p| p.sweep != s.sweep) {
+                    self.flush_sweep();
                 }
+                self.sweep.push(s);
             }
-            Event::TempRootRemoved(t) => temp_removed = Some(t.removed),
-            Event::StopCompleted(c) => last_completed = Some(c),
-            Event::StagingInventoried(s) => last_staging = Some(s),
+            Event::TempRootRemoved(t) => self.temp_removed = Some(t.removed),
+            Event::StopCompleted(c) => self.last_completed = Some(c),
+            Event::StagingInventoried(s) => self.last_staging = Some(s),
             _ => {}
         }
     }
 
-    let c = &receipt.counts;
-    let counts = [
-        ("requests", c.requests, requests),
-        ("refused", c.refused, refused),
-        ("jobs", c.jobs, spawned.len() as u64),
-        ("signals", c.signals, signals),
-        ("reaped", c.reaped, reaped),
-        ("uncertain_mappings", receipt.uncertain_mappings, uncertain),
-    ];
-    for (what, claimed, seen) in counts {
-        if claimed != seen {
-            out.push(mismatch(format!(
-                "receipt says {what}={claimed}, the records show {seen}"
-            )));
+    /// Checks the buffered parts of one sweep against its whole closure.
+    fn flush_sweep(&mut self) {
+        if self.sweep.is_empty() {
+            return;
+        }
+        let parts = std::mem::take(&mut self.sweep);
+        let members: HashSet<i32> = parts
+            .iter()
+            .flat_map(|s| {
+                s.targets
+                    .iter()
+                    .map(|t| t.pid)
+                    .chain(s.others.iter().map(|o| o.pid))
+            })
+            .collect();
+        for s in &parts {
+            self.signals += (s.targets.len() * s.signals.len()) as u64;
+            let Some(start) = &self.start else { continue };
+            for t in &s.targets {
+                check_target(
+                    start,
+                    self.root,
+                    t.ident(),
+                    t.ppid,
+                    &members,
+                    s.sweep,
+                    &mut self.out,
+                );
+            }
         }
     }
-    if firsts > 1 {
-        out.push(mismatch(format!(
-            "{firsts} stop triggers claim to be the first"
-        )));
-    }
-    match (receipt.outcome, first_stop) {
-        (Outcome::Closed, None) if receipt.stop_reason.is_none() => {}
-        (Outcome::Stopped, Some(reason)) if receipt.stop_reason == Some(reason) => {}
-        (o, f) => out.push(mismatch(format!(
-            "receipt says {o:?} ({:?}); the first stop trigger recorded is {f:?}",
-            receipt.stop_reason
-        ))),
-    }
-    if receipt.quiescent {
-        let mut open: Vec<_> = spawned.keys().filter(|j| !exited.contains(j)).collect();
-        open.sort();
-        if !open.is_empty() {
+
+    /// Compares the receipt (the last record) with everything fed before it.
+    pub fn finish(&mut self, receipt: &Receipt) -> Vec<Reason> {
+        self.flush_sweep();
+        let Some(start) = self.start.take() else {
+            return Vec::new(); // reported as first_not_run_started already
+        };
+        let mut out = std::mem::take(&mut self.out);
+        if !self.second_is_root_bound {
+            out.insert(
+                0,
+                mismatch("the second record is not root_bound: the root was never bound".into()),
+            );
+        }
+        let c = &receipt.counts;
+        let counts = [
+            ("requests", c.requests, self.requests),
+            ("refused", c.refused, self.refused),
+            ("jobs", c.jobs, self.spawned.len() as u64),
+            ("signals", c.signals, self.signals),
+            ("reaped", c.reaped, self.reaped),
+            (
+                "uncertain_mappings",
+                receipt.uncertain_mappings,
+                self.uncertain,
+            ),
+        ];
+        for (what, claimed, seen) in counts {
+            if claimed != seen {
+                out.push(mismatch(format!(
+                    "receipt says {what}={claimed}, the records show {seen}"
+                )));
+            }
+        }
+        if self.firsts > 1 {
             out.push(mismatch(format!(
-                "receipt claims quiescence but jobs {open:?} were never reaped"
+                "{} stop triggers claim to be the first",
+                self.firsts
             )));
         }
-    }
-    if receipt.temp_root_removed && temp_removed != Some(true) {
-        out.push(mismatch(
-            "receipt says the temp root was removed; no record shows it".into(),
-        ));
-    }
-    if let Some(c) = last_completed {
-        let proved = c.echild && c.scan_empty && c.left == 0;
-        if !proved && (receipt.quiescent || receipt.no_live_or_waitable_descendants) {
-            out.push(mismatch(format!(
-                "receipt claims quiescence; the stop ended with echild={} scan_empty={} left={}",
-                c.echild, c.scan_empty, c.left
-            )));
+        match (receipt.outcome, self.first_stop) {
+            (Outcome::Closed, None) if receipt.stop_reason.is_none() => {}
+            (Outcome::Stopped, Some(reason)) if receipt.stop_reason == Some(reason) => {}
+            (o, f) => out.push(mismatch(format!(
+                "receipt says {o:?} ({:?}); the first stop trigger recorded is {f:?}",
+                receipt.stop_reason
+            ))),
         }
+        if receipt.quiescent {
+            let mut open: Vec<_> = self
+                .spawned
+                .keys()
+                .filter(|j| !self.exited.contains(j))
+                .collect();
+            open.sort();
+            if !open.is_empty() {
+                out.push(mismatch(format!(
+                    "receipt claims quiescence but jobs {open:?} were never reaped"
+                )));
+            }
+        }
+        if receipt.temp_root_removed && self.temp_removed != Some(true) {
+            out.push(mismatch(
+                "receipt says the temp root was removed; no record shows it".into(),
+            ));
+        }
+        if let Some(c) = &self.last_completed {
+            let proved = c.echild && c.scan_empty && c.left == 0;
+            if !proved && (receipt.quiescent || receipt.no_live_or_waitable_descendants) {
+                out.push(mismatch(format!(
+                    "receipt claims quiescence; the stop ended with echild={} scan_empty={} left={}",
+                    c.echild, c.scan_empty, c.left
+                )));
+            }
+        }
+        if receipt.staging.is_some() && receipt.staging.as_ref() != self.last_staging.as_ref() {
+            out.push(mismatch(
+                "staging inventory in the receipt differs from the staging_inventoried record"
+                    .into(),
+            ));
+        }
+        // Whether the stage was *replaced* during the action is a verdict
+        // (staging_mismatch), not tampering; here only presence must agree.
+        if receipt.staging.is_some() != start.staging.is_some() {
+            out.push(mismatch(
+                "the receipt and the start record disagree on whether there is a staging directory"
+                    .into(),
+            ));
+        }
+        self.start = Some(start);
+        out
     }
-    if receipt.staging.is_some() && receipt.staging.as_ref() != last_staging {
-        out.push(mismatch(
-            "staging inventory in the receipt differs from the staging_inventoried record".into(),
-        ));
-    }
-    // Whether the stage was *replaced* during the action is a verdict
-    // (staging_mismatch), not tampering; here only presence must agree.
-    if receipt.staging.is_some() != start.staging.is_some() {
-        out.push(mismatch(
-            "the receipt and the start record disagree on whether there is a staging directory"
-                .into(),
-        ));
-    }
-    out
 }
 
 fn check_target(
@@ -178,7 +249,7 @@ fn check_target(
     root: Option<Ident>,
     t: Ident,
     ppid: i32,
-    members: Option<&HashSet<i32>>,
+    members: &HashSet<i32>,
     sweep: u32,
     out: &mut Vec<Reason>,
 ) {
@@ -200,8 +271,7 @@ fn check_target(
             t.pid, t.uid, w.uid
         )));
     }
-    let linked = ppid == w.pid || members.is_some_and(|m| m.contains(&ppid));
-    if !linked {
+    if ppid != w.pid && !members.contains(&ppid) {
         out.push(mismatch(format!(
             "sweep {sweep} targets pid {} whose parent {ppid} is not in the sweep's closure",
             t.pid

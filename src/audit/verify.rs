@@ -1,17 +1,30 @@
 //! `rea-audit verify`: chain, structure, replay, then the verdict table.
+//!
+//! The log is streamed: each line is hashed, parsed strictly, checked
+//! against the line before it and fed to the replay, then dropped. Memory
+//! stays small whatever the log's length; a line longer than the cap is
+//! hashed as it streams by (the next line's `prev` still needs its hash)
+//! but never buffered whole.
 
+use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use sha2::{Digest, Sha256};
+
 use super::chain;
-use super::reader::{parse_line, split_lines, Record};
+use super::reader::parse_line;
 use super::record::{Event, Outcome, Receipt, StopReason, RECORD_VERSION};
-use super::replay::replay;
+use super::replay::Replay;
 use super::verdict::{Code, Reason, Status, Verdict};
+use super::writer::MAX_LINE;
 use crate::inventory;
 
 const BOM: &[u8] = b"\xef\xbb\xbf";
 /// Reasons reported per log before the rest are summarised in one line.
 const MAX_REASONS: usize = 64;
+/// Read size; lines are cut out of it without copying.
+const CHUNK: usize = 4 << 20;
 
 #[derive(Clone, Debug, Default)]
 pub struct VerifyOptions {
@@ -23,18 +36,49 @@ pub struct VerifyOptions {
 /// Verifies the log at `path`. Never fails: an unreadable log is a verdict.
 pub fn verify_file(path: &Path, opts: &VerifyOptions) -> Verdict {
     let name = path.display().to_string();
-    match std::fs::read(path) {
-        Ok(data) => verify_bytes(&data, &name, opts),
-        Err(e) => {
-            let mut v = Verdict::empty(&name);
-            v.reasons.push(Reason::new(
-                Code::IoError,
-                None,
-                format!("cannot read the log: {e}"),
-            ));
-            v.finish()
+    let io_error = |e: std::io::Error| {
+        let mut v = Verdict::empty(&name);
+        v.reasons.push(Reason::new(
+            Code::IoError,
+            None,
+            format!("cannot read the log: {e}"),
+        ));
+        v.finish()
+    };
+    let mut f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) => return io_error(e),
+    };
+    let mut c = Checker::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut filled = 0;
+    loop {
+        let n = match f.read(&mut buf[filled..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return io_error(e),
+        };
+        if n == 0 {
+            break;
+        }
+        let end = filled + n;
+        let used = c.feed(&buf[..end]);
+        buf.copy_within(used..end, 0);
+        filled = end - used;
+        if filled == buf.len() {
+            // A line longer than the buffer: hash it as it streams by.
+            c.feed_overlong(&buf[..filled]);
+            filled = 0;
         }
     }
+    c.finish(&buf[..filled], &name, opts)
+}
+
+/// Verifies a log held in memory (tests, tools).
+pub fn verify_bytes(data: &[u8], name: &str, opts: &VerifyOptions) -> Verdict {
+    let mut c = Checker::new();
+    let used = c.feed(data);
+    c.finish(&data[used..], name, opts)
 }
 
 struct Reasons(Vec<Reason>, usize);
@@ -49,139 +93,133 @@ impl Reasons {
     }
 }
 
-pub fn verify_bytes(data: &[u8], name: &str, opts: &VerifyOptions) -> Verdict {
-    let mut v = Verdict::empty(name);
-    let mut rs = Reasons(Vec::new(), 0);
-    if data.is_empty() {
-        rs.push(
-            Code::EmptyLog,
-            None,
-            "the log is empty: no record was ever made durable",
-        );
-        v.reasons = rs.0;
-        return v.finish();
+/// Decodes 64 lowercase hex digits (anything else is not a chain hash).
+fn digest_of(hex: &str) -> Option<[u8; 32]> {
+    if !chain::is_digest(hex) {
+        return None;
     }
-    if data.starts_with(BOM) {
-        rs.push(
-            Code::Bom,
-            Some(1),
-            "byte order mark: the writer never produces one",
-        );
-        v.reasons = rs.0;
-        return v.finish();
-    }
-
-    let (lines, torn) = split_lines(data);
-    let records = check_lines(&lines, &mut rs);
-    let has_receipt = records.iter().any(|r| matches!(r.event, Event::Receipt(_)));
-    if let Some(t) = torn {
-        if has_receipt {
-            // The watchdog writes nothing after its receipt, so these bytes
-            // are not a write it failed to finish: someone else appended them.
-            rs.push(
-                Code::RecordAfterReceipt,
-                Some(lines.len() as u64 + 1),
-                format!(
-                    "{} bytes without a newline after the receipt (the watchdog never writes after it)",
-                    t.len()
-                ),
-            );
+    let mut out = [0u8; 32];
+    let val = |c: u8| {
+        if c.is_ascii_digit() {
+            c - b'0'
         } else {
-            rs.push(
-                Code::TornLine,
-                Some(lines.len() as u64 + 1),
-                format!(
-                    "{} bytes after the last newline (a write that did not finish)",
-                    t.len()
-                ),
-            );
+            c - b'a' + 10
         }
-    }
-    v.records = lines.len() as u64;
-    v.head = lines.last().map(|l| chain::line_hash(l));
-    v.run = records.first().map(|r| r.run.clone());
-
-    if let (Some(want), Some(run)) = (&opts.expect_run, &v.run) {
-        if want != run {
-            rs.push(
-                Code::ExpectRunMismatch,
-                None,
-                format!("log is of run {run}, expected {want}"),
-            );
-        }
-    }
-    if let Some(want) = &opts.expect_head {
-        match &v.head {
-            Some(h) if h == want => {}
-            h => rs.push(
-                Code::HeadMismatch,
-                None,
-                format!(
-                    "head is {}, pinned {want}",
-                    h.as_deref().unwrap_or("(none)")
-                ),
-            ),
-        }
-    }
-
-    let receipt = match records.last().map(|r| &r.event) {
-        Some(Event::Receipt(rc)) if records.len() == lines.len() => Some(rc.clone()),
-        _ => None,
     };
-    if !has_receipt {
-        rs.push(
-            Code::NoReceipt,
-            None,
-            "no receipt: the watchdog did not finish (lost, killed, or the log was cut)",
-        );
+    for (i, pair) in hex.as_bytes().chunks(2).enumerate() {
+        out[i] = (val(pair[0]) << 4) | val(pair[1]);
     }
-    v.sealed = receipt.is_some() && torn.is_none();
-
-    let tampered = rs.0.iter().any(|r| r.class == Status::Tampered);
-    if let (Some(rc), false) = (&receipt, tampered) {
-        for r in replay(&records, rc) {
-            rs.push(r.code, r.line, r.detail);
-        }
-        v.outcome = Some(rc.outcome);
-        v.stop_reason = rc.stop_reason;
-        v.staging = rc.staging.clone();
-        judge(&records, rc, opts, &mut rs);
-    }
-    if rs.1 > 0 {
-        let more = rs.1;
-        rs.0.push(Reason::new(
-            rs.0[MAX_REASONS - 1].code,
-            None,
-            format!("... and {more} more"),
-        ));
-    }
-    v.reasons = rs.0;
-    v.finish()
+    Some(out)
 }
 
-/// Per-line checks: parse, sequence, run, chain, receipt position.
-fn check_lines(lines: &[&[u8]], rs: &mut Reasons) -> Vec<Record> {
-    let mut records = Vec::with_capacity(lines.len());
-    let mut run: Option<String> = None;
-    let mut prev_hash: Option<String> = None;
-    let mut receipt_line: Option<u64> = None;
-    for (i, line) in lines.iter().enumerate() {
-        let n = i as u64 + 1;
-        let hash = chain::line_hash(line);
+/// The streaming state of one verification.
+struct Checker {
+    rs: Reasons,
+    /// Complete lines seen.
+    lines: u64,
+    bytes: u64,
+    run: Option<String>,
+    /// Hash of the last complete line (the head so far).
+    prev_hash: Option<[u8; 32]>,
+    receipt_line: Option<u64>,
+    /// The receipt, while it is the last line seen.
+    last_receipt: Option<Receipt>,
+    replay: Replay,
+    /// A line over the cap is being hashed across reads.
+    overlong: Option<(Sha256, u64)>,
+    /// The file starts with a byte order mark: the rest is not looked at.
+    bom: bool,
+}
+
+impl Checker {
+    fn new() -> Checker {
+        Checker {
+            rs: Reasons(Vec::new(), 0),
+            lines: 0,
+            bytes: 0,
+            run: None,
+            prev_hash: None,
+            receipt_line: None,
+            last_receipt: None,
+            replay: Replay::default(),
+            overlong: None,
+            bom: false,
+        }
+    }
+
+    /// Checks every complete line in `data`; returns how many bytes it used.
+    fn feed(&mut self, data: &[u8]) -> usize {
+        if self.bytes == 0 && !self.bom && data.starts_with(BOM) {
+            // Not the writer's output at all; nothing else is worth checking.
+            self.rs.push(
+                Code::Bom,
+                Some(1),
+                "byte order mark: the writer never produces one",
+            );
+            self.bom = true;
+        }
+        if self.bom {
+            self.bytes += data.len() as u64;
+            return data.len();
+        }
+        let mut used = 0;
+        while let Some(i) = memchr(b'\n', &data[used..]) {
+            let line = &data[used..used + i];
+            match self.overlong.take() {
+                Some((mut h, len)) => {
+                    h.update(line);
+                    self.overlong_line(len + line.len() as u64, h.finalize().into());
+                }
+                None => self.line(line),
+            }
+            used += i + 1;
+        }
+        self.bytes += used as u64;
+        used
+    }
+
+    /// The buffer is full of one line's bytes: hash them and move on.
+    fn feed_overlong(&mut self, data: &[u8]) {
+        let (mut h, len) = self.overlong.take().unwrap_or_else(|| (Sha256::new(), 0));
+        h.update(data);
+        self.overlong = Some((h, len + data.len() as u64));
+        self.bytes += data.len() as u64;
+    }
+
+    fn overlong_line(&mut self, len: u64, hash: [u8; 32]) {
+        self.lines += 1;
+        self.last_receipt = None;
+        self.rs.push(
+            Code::LineTooLong,
+            Some(self.lines),
+            format!("{len} bytes; the cap is {MAX_LINE}"),
+        );
+        self.prev_hash = Some(hash);
+    }
+
+    /// Per-line checks: parse, version, sequence, run, chain, receipt position.
+    fn line(&mut self, line: &[u8]) {
+        self.lines += 1;
+        let n = self.lines;
+        let i = n - 1;
+        let hash: [u8; 32] = Sha256::digest(line).into();
+        self.last_receipt = None;
+        let rs = &mut self.rs;
         match parse_line(line) {
             Err(e) => rs.push(e.code, Some(n), e.detail),
             Ok(rec) => {
                 if rec.v != RECORD_VERSION {
                     rs.push(Code::BadVersion, Some(n), format!("v is {}", rec.v));
                 }
-                if rec.seq != i as u64 {
+                if rec.seq != i {
                     rs.push(
                         Code::SeqMismatch,
                         Some(n),
                         format!("seq {} where {i} belongs", rec.seq),
                     );
                 }
-                let run = run.get_or_insert_with(|| rec.run.clone());
+                let run = self.run.get_or_insert_with(|| rec.run.to_string());
+                let prev = digest_of(&rec.prev);
                 if i == 0 {
                     if rec.prev != chain::genesis(&rec.run) {
                         rs.push(
@@ -197,20 +235,20 @@ fn check_lines(lines: &[&[u8]], rs: &mut Reasons) -> Vec<Record> {
                             format!("first record is {}", rec.event.kind()),
                         );
                     }
-                } else if &rec.run != run {
+                } else if rec.run != run.as_str() {
                     rs.push(
                         Code::RunMismatch,
                         Some(n),
                         format!("record of run {} in a log of run {run}", rec.run),
                     );
-                } else if Some(&rec.prev) != prev_hash.as_ref() {
+                } else if prev.is_none() || prev != self.prev_hash {
                     rs.push(
                         Code::PrevMismatch,
                         Some(n),
                         "prev is not the hash of the line before: the chain is broken here",
                     );
                 }
-                match (receipt_line, &rec.event) {
+                match (self.receipt_line, rec.event) {
                     (Some(r), Event::Receipt(_)) => rs.push(
                         Code::DuplicateReceipt,
                         Some(n),
@@ -221,25 +259,128 @@ fn check_lines(lines: &[&[u8]], rs: &mut Reasons) -> Vec<Record> {
                         Some(n),
                         format!("{} after the receipt on line {r}", ev.kind()),
                     ),
-                    (None, Event::Receipt(_)) => receipt_line = Some(n),
-                    (None, _) => {}
+                    (None, Event::Receipt(rc)) => {
+                        self.receipt_line = Some(n);
+                        self.last_receipt = Some(rc);
+                    }
+                    (None, ev) => self.replay.record(ev),
                 }
-                records.push(rec);
             }
         }
-        prev_hash = Some(hash);
+        self.prev_hash = Some(hash);
     }
-    records
+
+    fn finish(mut self, tail: &[u8], name: &str, opts: &VerifyOptions) -> Verdict {
+        let mut v = Verdict::empty(name);
+        let tail_len = tail.len() as u64 + self.overlong.as_ref().map_or(0, |(_, l)| *l);
+        if self.bytes == 0 && tail.is_empty() {
+            self.rs.push(
+                Code::EmptyLog,
+                None,
+                "the log is empty: no record was ever made durable",
+            );
+            v.reasons = self.rs.0;
+            return v.finish();
+        }
+        if self.bytes == 0 && !self.bom && tail.starts_with(BOM) {
+            self.rs.push(
+                Code::Bom,
+                Some(1),
+                "byte order mark: the writer never produces one",
+            );
+            self.bom = true;
+        }
+        if self.bom {
+            v.reasons = self.rs.0;
+            return v.finish();
+        }
+        let has_receipt = self.receipt_line.is_some();
+        if tail_len > 0 {
+            let line = Some(self.lines + 1);
+            if has_receipt {
+                // The watchdog writes nothing after its receipt, so these bytes
+                // are not a write it failed to finish: someone else appended them.
+                self.rs.push(
+                    Code::RecordAfterReceipt,
+                    line,
+                    format!("{tail_len} bytes without a newline after the receipt (the watchdog never writes after it)"),
+                );
+            } else {
+                self.rs.push(
+                    Code::TornLine,
+                    line,
+                    format!(
+                        "{tail_len} bytes after the last newline (a write that did not finish)"
+                    ),
+                );
+            }
+        }
+        v.records = self.lines;
+        v.head = self.prev_hash.map(|h| chain::hex(&h));
+        v.run = self.run.clone();
+
+        if let (Some(want), Some(run)) = (&opts.expect_run, &v.run) {
+            if want != run {
+                self.rs.push(
+                    Code::ExpectRunMismatch,
+                    None,
+                    format!("log is of run {run}, expected {want}"),
+                );
+            }
+        }
+        if let Some(want) = &opts.expect_head {
+            match &v.head {
+                Some(h) if h == want => {}
+                h => self.rs.push(
+                    Code::HeadMismatch,
+                    None,
+                    format!(
+                        "head is {}, pinned {want}",
+                        h.as_deref().unwrap_or("(none)")
+                    ),
+                ),
+            }
+        }
+        if !has_receipt {
+            self.rs.push(
+                Code::NoReceipt,
+                None,
+                "no receipt: the watchdog did not finish (lost, killed, or the log was cut)",
+            );
+        }
+        let receipt = self.last_receipt.take();
+        v.sealed = receipt.is_some() && tail_len == 0;
+
+        let tampered = self.rs.0.iter().any(|r| r.class == Status::Tampered);
+        if let (Some(rc), false) = (&receipt, tampered) {
+            for r in self.replay.finish(rc) {
+                self.rs.push(r.code, r.line, r.detail);
+            }
+            v.outcome = Some(rc.outcome);
+            v.stop_reason = rc.stop_reason;
+            v.staging = rc.staging.clone();
+            judge(&self.replay, rc, opts, &mut self.rs);
+        }
+        if self.rs.1 > 0 {
+            let more = self.rs.1;
+            let code = self.rs.0[MAX_REASONS - 1].code;
+            self.rs
+                .0
+                .push(Reason::new(code, None, format!("... and {more} more")));
+        }
+        v.reasons = self.rs.0;
+        v.finish()
+    }
+}
+
+fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
+    hay.iter().position(|&b| b == needle)
 }
 
 /// The verdict table (SPEC 5) for an intact, sealed log.
-fn judge(records: &[Record], rc: &Receipt, opts: &VerifyOptions, rs: &mut Reasons) {
+fn judge(replay: &Replay, rc: &Receipt, opts: &VerifyOptions, rs: &mut Reasons) {
     let stopped_for = |reason| rc.outcome == Outcome::Stopped && rc.stop_reason == Some(reason);
-    let audit_failed = stopped_for(StopReason::AuditFailure)
-        || records.iter().any(
-            |r| matches!(&r.event, Event::StopTriggered(t) if t.reason == StopReason::AuditFailure),
-        );
-    if audit_failed {
+    if stopped_for(StopReason::AuditFailure) || replay.audit_failure_seen {
         rs.push(
             Code::AuditFailure,
             None,
@@ -286,11 +427,8 @@ fn judge(records: &[Record], rc: &Receipt, opts: &VerifyOptions, rs: &mut Reason
             "the controller died during the action; its intent is unknown, so keep the stage",
         );
     }
-    let start_staging = records.first().and_then(|r| match &r.event {
-        Event::RunStarted(s) => s.staging.clone(),
-        _ => None,
-    });
-    if let (Some(at_start), Some(sealed)) = (&start_staging, &rc.staging) {
+    let start_staging = replay.start().and_then(|s| s.staging.as_ref());
+    if let (Some(at_start), Some(sealed)) = (start_staging, &rc.staging) {
         if !inventory::same_dir(at_start, &sealed.identity) {
             rs.push(
                 Code::StagingMismatch,
@@ -324,11 +462,9 @@ fn judge(records: &[Record], rc: &Receipt, opts: &VerifyOptions, rs: &mut Reason
                     );
                 }
             }
-            (Err(e), _) | (_, Err(e)) => rs.push(
-                Code::StagingMismatch,
-                None,
-                format!("cannot inventory {}: {e}", path.display()),
-            ),
+            (Err(e), _) | (_, Err(e)) => {
+                rs.push(Code::StagingMismatch, None, format!("cannot inventory {}: {e}", path.display()))
+            }
         },
         (None, Some(_)) if rc.outcome == Outcome::Stopped => rs.push(
             Code::StagingNotChecked,
