@@ -35,7 +35,7 @@ fn main() {
         signals: 0,
         reaped: 0,
     };
-    let mut put = |w: &mut AuditWriter, ev: Event, counts: &mut Counts| {
+    let put = |w: &mut AuditWriter, ev: Event, counts: &mut Counts| {
         match &ev {
             Event::RequestReceived(_) => counts.requests += 1,
             Event::JobSpawned(_) => counts.jobs += 1,
