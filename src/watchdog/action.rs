@@ -813,7 +813,10 @@ impl Action {
             None if self.cfg.mode == Mode::Exec => None,
             None => Some(self.root.ident()),
         };
-        self.record(Event::JobSpawned(JobSpawned {
+        // Appended, not synced: the act was announced by the durable
+        // request_received (or run_started in exec mode) before the fork;
+        // this record rides with the next sync.
+        self.append(Event::JobSpawned(JobSpawned {
             job: num,
             id: id.to_string(),
             name,
