@@ -283,13 +283,20 @@ pub fn parse_request(line: &[u8]) -> Result<ParsedRequest, Refusal> {
         }
     };
 
-    // id and reply first: with them a refusal can be answered.
-    let id: String = field(wire.id, RefusalReason::BadId, "id")?;
+    // id and reply first: with them a refusal can be answered. A bad id
+    // is still answered (with a null id) when the reply name is usable.
+    let bad_id = |r: Refusal| Refusal {
+        reply: serde_json::from_str::<String>(wire.reply.get())
+            .ok()
+            .filter(|n| is_reply_name(n)),
+        ..r
+    };
+    let id: String = field(wire.id, RefusalReason::BadId, "id").map_err(bad_id)?;
     if !is_token(&id) {
-        return Err(Refusal::new(
+        return Err(bad_id(Refusal::new(
             RefusalReason::BadId,
             "id must match [A-Za-z0-9_.-]{1,64}",
-        ));
+        )));
     }
     let with_id = |mut r: Refusal| {
         r.id = Some(id.clone());
@@ -628,6 +635,16 @@ mod tests {
         assert_eq!(r.reply.as_deref(), Some("r1"));
         let r = parse_request(spawn_line("").replace(":1000", ":0").as_bytes()).unwrap_err();
         assert_eq!(r.reply.as_deref(), Some("r1"));
+    }
+
+    #[test]
+    fn a_bad_id_is_still_answered() {
+        for bad in ["\"a b\"", "5", "null"] {
+            let r = parse_request(spawn_line("").replace("\"a1\"", bad).as_bytes()).unwrap_err();
+            assert_eq!(r.reason, RefusalReason::BadId);
+            assert_eq!(r.id, None);
+            assert_eq!(r.reply.as_deref(), Some("r1"), "{bad}");
+        }
     }
 
     #[test]

@@ -7,6 +7,9 @@ use std::time::Duration;
 /// `60` (seconds), `0.5`, `500ms`, `2m`, `1h`, `1d`, `10s`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
+    if t.starts_with('-') {
+        return Err(format!("{s:?}: a duration cannot be negative"));
+    }
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
@@ -118,6 +121,7 @@ mod tests {
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} parsed");
         }
+        assert!(parse_duration("-0.5").unwrap_err().contains("negative"));
         assert!(parse_positive_duration("0ms").is_err());
     }
 

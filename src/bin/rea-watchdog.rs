@@ -48,10 +48,22 @@ struct Cli {
 #[derive(Args, Clone)]
 struct Bounds {
     /// SIGTERM grace before SIGKILL sweeps (like timeout: 0.5, 500ms, 2s).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "500ms")]
+    #[arg(
+        long,
+        value_name = "DUR",
+        allow_negative_numbers = true,
+        value_parser = parse_duration,
+        default_value = "500ms"
+    )]
     term_grace: Duration,
     /// Longest the SIGKILL sweeps may take before the proof fails.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "3s")]
+    #[arg(
+        long,
+        value_name = "DUR",
+        allow_negative_numbers = true,
+        value_parser = parse_duration,
+        default_value = "3s"
+    )]
     kill_bound: Duration,
     /// Forward these environment variables to jobs (repeatable).
     #[arg(long, value_name = "NAME")]
@@ -91,7 +103,12 @@ action stops (root_lost) and the verdict is retain.")]
         #[arg(long, value_name = "TICKS", requires = "root_pid")]
         root_start_time: Option<u64>,
         /// Deadline for the whole action; caps every job's deadline.
-        #[arg(long, value_name = "DUR", value_parser = parse_positive_duration)]
+        #[arg(
+            long,
+            value_name = "DUR",
+            allow_negative_numbers = true,
+            value_parser = parse_positive_duration
+        )]
         action_deadline: Option<Duration>,
         /// Combined stdout+stderr cap per job (65536, 64K, 1M).
         #[arg(long, value_name = "BYTES", value_parser = parse_bytes, default_value = "64K")]
@@ -112,7 +129,12 @@ the action cleanly (exit 130). Nested jobs: ARGV may run
         #[arg(long, value_name = "FILE")]
         audit_log: Option<PathBuf>,
         /// Stop the action after this long (exit 124).
-        #[arg(long, value_name = "DUR", value_parser = parse_positive_duration)]
+        #[arg(
+            long,
+            value_name = "DUR",
+            allow_negative_numbers = true,
+            value_parser = parse_positive_duration
+        )]
         deadline: Option<Duration>,
         /// Stop the action if ARGV writes more than this many bytes in all.
         #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
@@ -136,7 +158,13 @@ printed here. If this process dies first, the whole action stops
         #[arg(long, value_name = "NAME")]
         name: Option<String>,
         /// The job's deadline (the action stops when it passes).
-        #[arg(long, value_name = "DUR", value_parser = parse_positive_duration, default_value = "60s")]
+        #[arg(
+            long,
+            value_name = "DUR",
+            allow_negative_numbers = true,
+            value_parser = parse_positive_duration,
+            default_value = "60s"
+        )]
         deadline: Duration,
         /// Return the job's output (up to the cap) and print it here.
         #[arg(long)]
@@ -148,14 +176,26 @@ printed here. If this process dies first, the whole action stops
     Stop {
         #[arg(long, value_name = "DIR", env = "REA_STATE_DIR")]
         state_dir: PathBuf,
-        #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "8s")]
+        #[arg(
+            long,
+            value_name = "DUR",
+            allow_negative_numbers = true,
+            value_parser = parse_duration,
+            default_value = "8s"
+        )]
         wait: Duration,
     },
     /// Close the action: prove quiescence, write the receipt, print the head.
     Close {
         #[arg(long, value_name = "DIR", env = "REA_STATE_DIR")]
         state_dir: PathBuf,
-        #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "8s")]
+        #[arg(
+            long,
+            value_name = "DUR",
+            allow_negative_numbers = true,
+            value_parser = parse_duration,
+            default_value = "8s"
+        )]
         wait: Duration,
     },
 }

@@ -7,10 +7,11 @@
 //! and stderr to pipes, every other descriptor close-on-exec. The leader's
 //! pidfd is opened before the watchdog could ever reap it.
 
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
 use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
@@ -110,6 +111,70 @@ fn classify(e: &io::Error) -> SpawnError {
     }
 }
 
+/// argv and envp for `execve`, built before the fork (no allocation after).
+/// std's spawn would call `execvp`, which runs a file that `execve` refuses
+/// with ENOEXEC (no `#!`, unknown format) through `/bin/sh`: never a shell
+/// (SPEC 3.3), so a path is executed here with `execve` itself.
+struct Execve {
+    prog: Option<CString>,
+    _strings: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+}
+
+// SAFETY: the pointers point into `_strings`' heap buffers, owned by the
+// same value and never changed; the value is only read, in the child.
+unsafe impl Send for Execve {}
+unsafe impl Sync for Execve {}
+
+impl Execve {
+    fn new(l: &Launch<'_>) -> Result<Execve, String> {
+        let c = |b: &[u8]| CString::new(b).map_err(|_| "argv or env holds a NUL byte".to_string());
+        let mut strings = Vec::new();
+        for a in l.argv {
+            strings.push(c(a.as_bytes())?);
+        }
+        for (k, v) in l.env {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            strings.push(c(&kv)?);
+        }
+        let ptrs = |s: &[CString]| {
+            s.iter()
+                .map(|s| s.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect::<Vec<_>>()
+        };
+        let n = l.argv.len();
+        let argv = ptrs(&strings[..n]);
+        let envp = ptrs(&strings[n..]);
+        // A bare name (exec mode, not found on PATH) keeps std's PATH search.
+        let prog = l
+            .argv
+            .first()
+            .filter(|p| p.as_bytes().contains(&b'/'))
+            .map(|p| c(p.as_bytes()))
+            .transpose()?;
+        Ok(Execve {
+            prog,
+            _strings: strings,
+            argv,
+            envp,
+        })
+    }
+
+    /// In the child: execve, or the error for std to report to the parent.
+    fn exec(&self) -> io::Result<()> {
+        let Some(prog) = &self.prog else {
+            return Ok(());
+        };
+        // SAFETY: NUL-terminated arrays of NUL-terminated strings, all alive.
+        unsafe { libc::execve(prog.as_ptr(), self.argv.as_ptr(), self.envp.as_ptr()) };
+        Err(io::Error::last_os_error())
+    }
+}
+
 pub fn spawn(l: &Launch<'_>) -> Result<Spawned, SpawnError> {
     let (prog, args) = l.argv.split_first().ok_or_else(|| SpawnError {
         errno: libc::EINVAL,
@@ -124,9 +189,17 @@ pub fn spawn(l: &Launch<'_>) -> Result<Spawned, SpawnError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let (parent, nofile) = (l.watchdog_pid, l.nofile);
-    // SAFETY: child_setup only makes async-signal-safe calls.
+    let exec = Execve::new(l).map_err(|detail| SpawnError {
+        errno: libc::EINVAL,
+        reason: RefusalReason::BadArgv,
+        detail,
+    })?;
+    // SAFETY: child_setup and Execve::exec only make async-signal-safe calls.
     unsafe {
-        cmd.pre_exec(move || child_setup(parent, nofile));
+        cmd.pre_exec(move || {
+            child_setup(parent, nofile)?;
+            exec.exec()
+        });
     }
     // std's spawn returns once exec succeeded (or reaps the child and returns
     // exec's errno), so the setup above has happened when we read /proc.

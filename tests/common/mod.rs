@@ -4,4 +4,5 @@
 
 pub mod harness;
 pub mod logs;
+pub mod raw;
 pub mod schema;
