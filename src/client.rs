@@ -291,7 +291,9 @@ impl Session {
                 let mut rest = Vec::new();
                 let _ = fifo.file.read_to_end(&mut rest);
                 if rest.is_empty() {
-                    return Err(cerr("the watchdog closed the reply channel without an answer"));
+                    return Err(cerr(
+                        "the watchdog closed the reply channel without an answer",
+                    ));
                 }
                 fifo.buf.extend_from_slice(&rest);
             }
