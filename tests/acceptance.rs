@@ -1489,10 +1489,13 @@ fn rehearse_through_bwrap_timeout_and_controller_kill() {
 
 // ----- 8. the README's commands in a fresh clone -----------------------------
 
-/// `git clone` this repository and run the README's demo command there. It
-/// builds the binaries with cargo (into a persistent target directory next
-/// to this build's, so only the first run compiles the dependencies), which
-/// is too heavy to run beside the process tests: run it on its own with
+/// `git clone` this repository and run the README's demo command there,
+/// with no binaries built: `python3 tools/rehearse.py` must build them with
+/// cargo from the clone's sources and pass the success scenario. The build
+/// goes to a persistent target directory next to this build's (only the
+/// first run compiles the dependencies; the crate itself is compiled every
+/// time, from the clone), which is still too heavy to run beside the
+/// process tests: run it on its own with
 /// `tools/test --test acceptance -- --ignored fresh_clone`. `tools/test`
 /// itself is not run from a test (it would run this suite recursively);
 /// .ci/run runs it in a clean clone.
@@ -1502,20 +1505,25 @@ fn fresh_clone_readme_demo_command_works() {
     if skip_outside_pid_ns("fresh_clone") {
         return;
     }
-    let scratch = Scratch::new();
-    let clone = scratch.path("clone");
-    let out = Command::new("git")
-        .args(["clone", "--quiet", "--no-hardlinks", repo()])
-        .arg(&clone)
-        .output()
-        .expect("git");
-    assert!(out.status.success(), "git clone: {out:?}");
     // The release dir of this build is TARGET/release/rea-watchdog.
     let target = Path::new(watchdog_bin())
         .parent()
         .and_then(Path::parent)
         .unwrap()
         .join("fresh-clone");
+    let clone = target.join("clone");
+    let _ = std::fs::remove_dir_all(&clone);
+    std::fs::create_dir_all(&target).unwrap();
+    for bin in ["rea-watchdog", "rea-audit"] {
+        let _ = std::fs::remove_file(target.join("release").join(bin));
+    }
+    let out = Command::new("git")
+        .args(["clone", "--quiet", "--no-hardlinks", repo()])
+        .arg(&clone)
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git clone: {out:?}");
+    let started = std::time::SystemTime::now();
     let child = Command::new("python3")
         .arg("tools/rehearse.py")
         .current_dir(&clone)
@@ -1529,20 +1537,31 @@ fn fresh_clone_readme_demo_command_works() {
         .unwrap();
     let out = output_within(child, Duration::from_secs(3600));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{err}");
     assert!(
         text.contains("OK: success reached delete_allowed"),
         "{text}"
     );
-    assert!(target.join("release/rea-watchdog").exists());
+    assert!(err.contains("building rea"), "it built the binaries: {err}");
+    let built = std::fs::metadata(target.join("release/rea-watchdog"))
+        .and_then(|m| m.modified())
+        .unwrap();
+    assert!(built >= started, "the binary was built by this run");
     let test = clone.join("tools/test");
     let mode = std::fs::metadata(&test).unwrap().permissions().mode();
     assert!(mode & 0o111 != 0, "tools/test is executable in a clone");
     let syntax = Command::new("bash").arg("-n").arg(&test).status().unwrap();
     assert!(syntax.success());
+    let status = Command::new("git")
+        .args(["status", "--porcelain"])
+        .current_dir(&clone)
+        .output()
+        .unwrap();
+    assert!(
+        status.stdout.is_empty(),
+        "the demo leaves the clone clean: {}",
+        String::from_utf8_lossy(&status.stdout)
+    );
+    let _ = std::fs::remove_dir_all(&clone);
 }
