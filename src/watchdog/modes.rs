@@ -146,6 +146,12 @@ pub fn exec(mut cfg: Config, argv: Vec<OsString>, deadline: Option<std::time::Du
             return fail(e);
         }
     };
+    // Nested `rea-watchdog submit` from inside ARGV finds and binds this
+    // watchdog through ready.json, as with `run` (not printed: stdout is ARGV's).
+    if let Err(e) = action.state().write_ready(&ready_line(&action, &cfg)) {
+        let _ = std::fs::remove_dir_all(&state_path);
+        return fail(format!("cannot write ready.json: {e}"));
+    }
     if announce {
         eprintln!("rea-watchdog: audit log {}", cfg.audit_log.display());
     }

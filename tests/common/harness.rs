@@ -56,16 +56,35 @@ pub fn python() -> &'static str {
     })
 }
 
-/// True inside a private PID namespace (NSpid has more than one level).
+/// True inside a private PID namespace: this process's PID namespace is not
+/// the initial one, or NSpid has more than one level.
+///
+/// NSpid alone is not enough: it lists pids from the namespace of the
+/// `/proc` mount down, so under `unshare --pid --fork --mount-proc` (what
+/// tools/test runs, and what the watchdog's `/proc` scans need) it has one
+/// level, exactly as outside. The initial PID namespace always has inode
+/// 0xEFFFFFFC (the kernel's PROC_PID_INIT_INO).
 pub fn in_private_pid_ns() -> bool {
-    std::fs::read_to_string("/proc/self/status")
+    const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+    let not_initial = std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .and_then(|l| {
+            let l = l.to_string_lossy().into_owned();
+            l.strip_prefix("pid:[")?
+                .strip_suffix(']')?
+                .parse::<u64>()
+                .ok()
+        })
+        .is_some_and(|ino| ino != PROC_PID_INIT_INO);
+    let nested = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
                 .find(|l| l.starts_with("NSpid:"))
                 .map(|l| l.split_whitespace().count() > 2)
         })
-        .unwrap_or(false)
+        .unwrap_or(false);
+    not_initial || nested
 }
 
 /// Skips (returns true, with a message) outside a private PID namespace.

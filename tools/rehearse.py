@@ -1,0 +1,563 @@
+#!/usr/bin/env python3
+"""rea demonstration controller: install and rehearse a (fake) native runtime
+from a disposable staging directory, then delete the staging directory only
+if the audit log proves no process of the action is left.
+
+    python3 tools/rehearse.py [SCENARIO] [options]
+
+Scenarios (default: success), and the verdict each must reach:
+
+  success          install phase (200 s deadline), rehearsal phase (260 s)
+                   whose program asks for three nested launchers (60 s
+                   each); all exit 0; closed with a positive receipt
+                   -> delete_allowed, staging deleted
+  timeout          a nested launcher sleeps past a short (2 s) deadline:
+                   the phase, its submit client and the launcher are all
+                   stopped and reaped, positive proof
+                   -> delete_allowed, staging deleted
+  escape           the rehearsal phase forks a setsid() escapee and asks
+                   for a nested launcher, then exits; the escapee outlives
+                   it and is stopped as abandoned, positive proof
+                   -> delete_allowed, staging deleted
+  controller-kill  this script re-executes itself as a sacrificial
+                   controller, which starts the watchdog and the phases;
+                   with three launchers running it is SIGKILLed (through
+                   its pidfd). The watchdog sees its root pidfd fire,
+                   stops and reaps everything and seals the evidence
+                   -> retain (root_lost), staging kept
+  watchdog-loss    the watchdog itself is SIGKILLed during the rehearsal:
+                   its log has no receipt
+                   -> retain (incomplete), staging kept
+
+Exit status: 0 when the scenario reached its expected verdict (and, for the
+three delete_allowed scenarios, the staging directory was deleted; for the
+two retain ones, it was kept); 1 when it did not; 2 when the demo could not
+run (binaries missing and cargo failed, bad arguments).
+
+The binaries come from target/release (or $CARGO_TARGET_DIR/release), built
+with `cargo build --release` when missing (or always with --build);
+--watchdog/--audit (or REA_WATCHDOG/REA_AUDIT) name others. Everything the
+demo creates is under one work directory (a new one in $TMPDIR unless
+--work-dir is given); the audit log stays there for `rea-audit show`.
+
+No root, cgroups or namespaces are needed. Signals go only to processes this
+script started (or that were re-parented to it as a subreaper), always
+through a pidfd.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import select
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tools"))
+import rea_client as rc  # noqa: E402
+
+FIXTURES = os.path.join(REPO, "fixtures")
+PY = sys.executable
+EXPECTED = {
+    "success": "delete_allowed",
+    "timeout": "delete_allowed",
+    "escape": "delete_allowed",
+    "controller-kill": "retain",
+    "watchdog-loss": "retain",
+}
+INSTALL_DEADLINE, REHEARSAL_DEADLINE, LAUNCHER_DEADLINE = 200, 260, "60s"
+SHORT_DEADLINE = "2s"
+PR_SET_CHILD_SUBREAPER = 36
+
+
+class DemoError(Exception):
+    pass
+
+
+def out(msg=""):
+    print(msg, flush=True)
+
+
+def ms(n):
+    return f"{n}ms" if n < 1000 else f"{n / 1000:.1f}s"
+
+
+def short(h):
+    return f"{h[:16]}..." if h else "-"
+
+
+# ----- binaries -------------------------------------------------------------
+
+def find_binaries(args):
+    target = os.environ.get("CARGO_TARGET_DIR") or "target"
+    target = os.path.join(REPO, target)  # cargo resolves a relative one from the repo too
+    wd = args.watchdog or os.environ.get("REA_WATCHDOG") or os.path.join(target, "release",
+                                                                          "rea-watchdog")
+    au = args.audit or os.environ.get("REA_AUDIT") or os.path.join(target, "release",
+                                                                   "rea-audit")
+    explicit = args.watchdog or args.audit or os.environ.get("REA_WATCHDOG")
+    missing = not (os.access(wd, os.X_OK) and os.access(au, os.X_OK))
+    if args.build or (missing and not explicit):
+        if not shutil.which("cargo"):
+            raise DemoError("the rea binaries are not built and cargo is not installed "
+                            "(install Rust from https://rustup.rs, then run this again)")
+        print("rehearse: building rea (cargo build --release) ...", file=sys.stderr, flush=True)
+        r = subprocess.run(["cargo", "build", "--release", "--bins"], cwd=REPO,
+                           stdout=sys.stderr, stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            raise DemoError(f"cargo build --release failed (exit {r.returncode})")
+    for b in (wd, au):
+        if not os.access(b, os.X_OK):
+            raise DemoError(f"{b} is missing or not executable")
+    return os.path.abspath(wd), os.path.abspath(au)
+
+
+# ----- the parts of an action -------------------------------------------------
+
+class Plan:
+    """What the controller asks for, scenario by scenario."""
+
+    def __init__(self, args, watchdog):
+        self.args = args
+        self.watchdog = watchdog
+        self.wrap = shlex.split(args.wrap) if args.wrap else []
+        self.oracle = ["--oracle", args.oracle] if args.oracle else []
+
+    def install(self):
+        return [*self.wrap, PY, os.path.join(FIXTURES, "launcher.py"),
+                "--print", "install: runtime unpacked", *self.oracle]
+
+    def rehearsal(self, scenario):
+        phase = [*self.wrap, PY, os.path.join(FIXTURES, "phase.py"),
+                 "--watchdog", self.watchdog, *self.oracle]
+        if self.args.wrap:
+            phase += ["--wrap", self.args.wrap]
+        if scenario == "timeout":
+            # launcher-1 sleeps far past its short deadline.
+            return phase + ["--launchers", "3", "--launcher-deadline", SHORT_DEADLINE,
+                            "--", "--print", "rehearsal launcher", "--sleep", "120"]
+        if scenario == "escape":
+            return phase + ["--escapee", "--launchers", "1",
+                            "--launcher-deadline", LAUNCHER_DEADLINE,
+                            "--", "--print", "rehearsal launcher"]
+        if scenario in ("controller-kill", "watchdog-loss"):
+            # Three launchers at once, each still running when the kill comes.
+            return phase + ["--launchers", "3", "--parallel",
+                            "--launcher-deadline", LAUNCHER_DEADLINE,
+                            "--", "--print", "rehearsal launcher", "--sleep", "240",
+                            "--mark-running"]
+        return phase + ["--launchers", "3", "--launcher-deadline", LAUNCHER_DEADLINE,
+                        "--", "--print", "rehearsal launcher ok"]
+
+
+def stage(work):
+    staging = os.path.join(work, "staging")
+    os.makedirs(os.path.join(staging, "runtime"))
+    with open(os.path.join(staging, "runtime", "hopper-runtime.bin"), "wb") as f:
+        f.write(b"\x7fELF fake native runtime for the rea demo\n")
+    return staging
+
+
+def start_watchdog(args, binaries, work, staging):
+    return rc.Watchdog.start(binaries[0], state_dir=os.path.join(work, "state"),
+                             audit_log=os.path.join(work, "audit.jsonl"), staging=staging)
+
+
+def read_log(path):
+    recs = []
+    try:
+        with open(path, "rb") as f:
+            for line in f.read().split(b"\n"):
+                if line:
+                    try:
+                        recs.append(json.loads(line))
+                    except ValueError:
+                        pass
+    except FileNotFoundError:
+        pass
+    return recs
+
+
+def wait_for_launchers(work, n, limit=60):
+    """Until n nested launchers run: each marks itself in the watchdog's
+    private temp root ($TMPDIR of every job) once its program started."""
+    tmp = os.path.join(work, "state", "tmp")
+    until = time.monotonic() + limit
+    while time.monotonic() < until:
+        try:
+            running = [f for f in os.listdir(tmp) if f.endswith(".running")]
+        except FileNotFoundError:
+            running = []
+        if len(running) >= n:
+            return
+        time.sleep(0.05)
+    raise DemoError(f"the phase did not get {n} launchers running within {limit} s")
+
+
+def become_subreaper():
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise DemoError(f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}")
+
+
+def adopted_children():
+    """Live processes whose parent is this process (only descendants can be
+    re-parented to a subreaper), bound to pidfds that were verified after
+    opening."""
+    me = os.getpid()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        try:
+            f = rc._stat_fields(pid)
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+        if int(f[1]) != me or f[0] == b"Z":
+            continue
+        try:
+            fd = rc.bind(pid, int(f[19]))
+        except ProcessLookupError:
+            continue
+        try:
+            if int(rc._stat_fields(pid)[1]) == me:  # still ours, after the pidfd
+                found.append((pid, fd))
+                continue
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+        os.close(fd)
+    return found
+
+
+def reap_adopted():
+    n = 0
+    while True:
+        try:
+            r = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG)
+        except ChildProcessError:
+            return n
+        if r is None:
+            return n
+        n += 1
+
+
+def settle_orphans(limit=10.0):
+    """After the watchdog is gone: wait (bounded) for whatever came back to
+    us to end by itself, reap it; stop what does not. Returns (reaped,
+    stopped)."""
+    until = time.monotonic() + limit
+    reaped = reap_adopted()
+    live = adopted_children()
+    while live and time.monotonic() < until:
+        p = select.poll()
+        for _, fd in live:
+            p.register(fd, select.POLLIN)
+        p.poll(200)
+        for _, fd in live:
+            os.close(fd)
+        reaped += reap_adopted()
+        live = adopted_children()
+    stopped = 0
+    for _, fd in live:
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        stopped += 1
+    for _, fd in live:
+        rc._readable(fd, 5000)
+        os.close(fd)
+    reaped += reap_adopted()
+    return reaped, stopped
+
+
+# ----- the report ---------------------------------------------------------------
+
+def sig_name(n):
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"
+
+
+def describe_jobs(recs):
+    root = next((r["data"]["root"] for r in recs if r["kind"] == "root_bound"), None)
+    exited = {r["data"]["job"]: r["data"] for r in recs if r["kind"] == "job_exited"}
+    lines = []
+    for r in recs:
+        if r["kind"] != "job_spawned":
+            continue
+        d = r["data"]
+        e = exited.get(d["job"])
+        if e is None:
+            how = "no exit recorded"
+        else:
+            st = e["status"]
+            how = f"exited {st['code']}" if "code" in st else f"killed by {sig_name(st['signal'])}"
+            if e["stopped"]:
+                how += " (stopped)"
+            how += f"  {ms(e['duration_ms'])}"
+        nested = d["caller"] is not None and root is not None and d["caller"] != root
+        note = "  nested: asked for from inside a job" if nested else ""
+        lines.append(f"  job {d['job']}  {(d['name'] or d['id']):<11} {how}{note}")
+    return lines
+
+
+def describe_stop(recs):
+    first = next((r["data"] for r in recs if r["kind"] == "stop_triggered"
+                  and r["data"]["first"]), None)
+    if first is None:
+        return None
+    targets = set()
+    for r in recs:
+        if r["kind"] == "signal_sweep":
+            for t in r["data"]["targets"]:
+                targets.add((t["pid"], t["start_time"]))
+    done = next((r["data"] for r in recs if r["kind"] == "stop_completed"), None)
+    line = f"  stop       {first['reason']}: {first['detail']}"
+    procs = [f"pid {p['pid']} ({p['comm']})" for p in first["processes"]]
+    if procs:
+        line += f" [{', '.join(procs[:3])}{', ...' if len(procs) > 3 else ''}]"
+    line += f"\n             {len(targets)} process(es) signalled"
+    if done:
+        proof = "no descendant left" if done["echild"] and done["scan_empty"] \
+            and done["left"] == 0 else f"{done['left']} left"
+        line += f", {proof} after {ms(done['elapsed_ms'])}"
+    return line
+
+
+def describe_receipt(rec):
+    if rec is None:
+        return "  receipt    none: the log is not sealed"
+    c = rec["counts"]
+    how = rec["outcome"] + (f" ({rec['stop_reason']})" if rec["stop_reason"] else "")
+    proof = "quiescent" if rec["quiescent"] else "NOT quiescent"
+    return (f"  receipt    {how}, {proof}, {rec['uncertain_mappings']} uncertain, "
+            f"temp root {'removed' if rec['temp_root_removed'] else 'kept'}; "
+            f"{c['jobs']} jobs, {c['signals']} signals, {c['reaped']} reaped")
+
+
+def describe_verdict(v):
+    head = f"--expect-head {short(v.pinned)} " if v.pinned else ""
+    why = ", ".join(v.codes) if v.codes else "positive receipt, staging unchanged"
+    status = "" if v["status"] == v["verdict"] else f" ({v['status']})"
+    return (f"  verify     {v['verdict']}{status}: {why}\n"
+            f"             (rea-audit verify LOG {head}--staging STAGING: exit {v.exit_code})")
+
+
+# ----- scenarios ----------------------------------------------------------------
+
+def run_phases(wd, plan, scenario):
+    """install, then rehearsal; returns the rehearsal's JobResult."""
+    install = wd.submit(plan.install(), INSTALL_DEADLINE, capture=True, name="install")
+    if not install.ok:
+        raise DemoError(f"the install phase failed: {install}")
+    return wd.submit(plan.rehearsal(scenario), REHEARSAL_DEADLINE, capture=True,
+                     name="rehearsal")
+
+
+def scenario_normal(args, binaries, work, staging, scenario, report, later):
+    plan = Plan(args, binaries[0])
+    wd = start_watchdog(args, binaries, work, staging)
+    out(f"  watchdog   pid {wd.pid}, run {wd.run_id}")
+    report["audit_log"] = wd.audit_log
+    run_phases(wd, plan, scenario)
+    receipt = wd.close()
+    report["head"] = receipt.head
+    later.append(describe_receipt(receipt.record))
+    later.append(f"  head       {short(receipt.head)} (pinned from the close reply and the "
+                 "sealed line)")
+    v = rc.verify(binaries[1], wd.audit_log, expect_head=receipt.head, staging=staging)
+    v.pinned = receipt.head
+    return v, receipt.record
+
+
+def scenario_watchdog_loss(args, binaries, work, staging, report, later):
+    plan = Plan(args, binaries[0])
+    become_subreaper()
+    wd = start_watchdog(args, binaries, work, staging)
+    out(f"  watchdog   pid {wd.pid}, run {wd.run_id}")
+    report["audit_log"] = wd.audit_log
+    install = wd.submit(plan.install(), INSTALL_DEADLINE, capture=True, name="install")
+    if not install.ok:
+        raise DemoError(f"the install phase failed: {install}")
+    job = wd.spawn(plan.rehearsal("watchdog-loss"), REHEARSAL_DEADLINE, capture=True,
+                   name="rehearsal")
+    wait_for_launchers(work, 3)
+    wd.kill(signal.SIGKILL)
+    out(f"  kill       SIGKILL to the watchdog (pid {wd.pid}) through its pidfd, "
+        "3 launchers running")
+    try:
+        job.wait(timeout=30)
+        raise DemoError("the rehearsal reported a result from a dead watchdog")
+    except rc.WatchdogGone as e:
+        out(f"  client     rehearsal: {e}")
+    code, sealed = wd.wait(30)
+    reaped, stopped = settle_orphans()
+    recs = read_log(wd.audit_log)
+    later.append(describe_receipt(None if not recs or recs[-1]["kind"] != "receipt"
+                                  else recs[-1]["data"]))
+    later.append(f"  orphans    {reaped} process(es) came back to this controller (a "
+                 f"subreaper) and were reaped; {stopped} had to be stopped")
+    try:
+        rc.Client(wd.state_dir)
+        raise DemoError("the lost watchdog's state directory was not refused")
+    except rc.StaleStateDir as e:
+        later.append(f"  late use   refused by the client: {e}")
+    v = rc.verify(binaries[1], wd.audit_log, staging=staging)
+    v.pinned = None
+    return v, None
+
+
+def scenario_controller_kill(args, binaries, work, staging, report, later):
+    become_subreaper()
+    cmd = [PY, os.path.abspath(__file__), "--role", "sacrificial", "--work-dir", work,
+           "--watchdog", binaries[0], "--audit", binaries[1]]
+    if args.oracle:
+        cmd += ["--oracle", args.oracle]
+    if args.wrap:
+        cmd += ["--wrap", args.wrap]
+    ctl = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    ctl_fd = os.pidfd_open(ctl.pid)  # our own unreaped child: race-free
+    line = ctl.stdout.readline()
+    if not line:
+        ctl.wait()
+        raise DemoError(f"the sacrificial controller exited ({ctl.returncode}) before "
+                        "starting the watchdog")
+    ready = json.loads(line)
+    report["audit_log"] = ready["audit_log"]
+    out(f"  controller pid {ctl.pid}: this script re-executed as a sacrificial controller")
+    out(f"  watchdog   pid {ready['pid']}, run {ready['run_id']} (root = the controller)")
+    wd_fd = rc.bind(ready["pid"], ready["start_time"], ready["uid"])
+    try:
+        wait_for_launchers(work, 3)
+        signal.pidfd_send_signal(ctl_fd, signal.SIGKILL)
+        ctl.wait()
+        ctl.stdout.close()
+        os.close(ctl_fd)
+        out(f"  kill       SIGKILL to the controller (pid {ctl.pid}) through its pidfd, "
+            "3 launchers running")
+        if not rc._readable(wd_fd, 60_000):
+            raise DemoError("the watchdog did not finish within 60 s of losing its controller")
+    finally:
+        os.close(wd_fd)
+    # The watchdog was re-parented to us (a subreaper): reap it and the rest.
+    reaped, stopped = settle_orphans()
+    recs = read_log(ready["audit_log"])
+    rec = recs[-1]["data"] if recs and recs[-1]["kind"] == "receipt" else None
+    later.append(describe_receipt(rec))
+    later.append("  head       not pinned: the controller that would have pinned it is dead")
+    later.append(f"  orphans    {reaped} process(es) came back to this controller (a "
+                 f"subreaper) and were reaped (the watchdog among them); {stopped} had to "
+                 "be stopped")
+    v = rc.verify(binaries[1], ready["audit_log"], staging=staging)
+    v.pinned = None
+    return v, rec
+
+
+def sacrificial(args):
+    """The controller that gets SIGKILLed: starts the watchdog, tells the
+    demo where it is, runs the phases, and never gets to close."""
+    binaries = (args.watchdog, args.audit)
+    work = args.work_dir
+    staging = os.path.join(work, "staging")
+    wd = start_watchdog(args, binaries, work, staging)
+    print(json.dumps(wd.ready), flush=True)
+    run_phases(wd, Plan(args, binaries[0]), "controller-kill")
+    return 1  # not reached: the demo kills this process first
+
+
+# ----- main -----------------------------------------------------------------------
+
+def main():
+    p = argparse.ArgumentParser(
+        description="rea demonstration controller (see the module docstring for scenarios "
+                    "and exit codes)")
+    p.add_argument("scenario_pos", nargs="?", metavar="SCENARIO", choices=sorted(EXPECTED))
+    p.add_argument("--scenario", choices=sorted(EXPECTED))
+    p.add_argument("--work-dir", help="where to stage and log (default: a new directory "
+                                      "in $TMPDIR)")
+    p.add_argument("--watchdog", help="rea-watchdog binary (default: target/release)")
+    p.add_argument("--audit", help="rea-audit binary (default: target/release)")
+    p.add_argument("--build", action="store_true", help="run cargo build --release first")
+    p.add_argument("--wrap", help="run each phase and launcher through this wrapper, e.g. "
+                                  "'bwrap --dev-bind / / --die-with-parent --'")
+    p.add_argument("--report", help="write a JSON summary here (for tests)")
+    p.add_argument("--oracle", help=argparse.SUPPRESS)  # tests: fixtures hold this FIFO
+    p.add_argument("--role", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.role == "sacrificial":
+        return sacrificial(args)
+    scenario = args.scenario or args.scenario_pos or "success"
+    expected = EXPECTED[scenario]
+    report = {"scenario": scenario, "expected": expected, "ok": False}
+    try:
+        binaries = find_binaries(args)
+        work = args.work_dir or tempfile.mkdtemp(prefix="rea-demo.")
+        os.makedirs(work, exist_ok=True)
+        staging = stage(work)
+        report.update(work_dir=work, staging=staging)
+        out(f"rea demo: {scenario} (expected verdict: {expected})")
+        out(f"  staging    {staging} (a fake runtime in it)")
+        later = []
+        if scenario == "controller-kill":
+            v, rec = scenario_controller_kill(args, binaries, work, staging, report, later)
+        elif scenario == "watchdog-loss":
+            v, rec = scenario_watchdog_loss(args, binaries, work, staging, report, later)
+        else:
+            v, rec = scenario_normal(args, binaries, work, staging, scenario, report, later)
+    except (DemoError, rc.ReaError, OSError) as e:
+        print(f"rehearse: {e}", file=sys.stderr)
+        report["error"] = str(e)
+        _write_report(args, report)
+        return 2
+    except KeyboardInterrupt:
+        # The watchdog is in its own session: Ctrl-C did not reach it. It
+        # sees this controller exit (root_lost), stops everything and seals.
+        print("rehearse: interrupted; the watchdog stops the action when this controller "
+              "exits (root_lost), and the staging directory is kept", file=sys.stderr)
+        return 130
+    recs = read_log(report["audit_log"])
+    for line in describe_jobs(recs):
+        out(line)
+    stop = describe_stop(recs)
+    if stop:
+        out(stop)
+    for line in later:
+        out(line)
+    out(describe_verdict(v))
+    deleted = False
+    if v.delete_allowed:
+        shutil.rmtree(staging)
+        deleted = True
+        out("  staging    deleted (the verdict allowed it)")
+    else:
+        out(f"  staging    kept: {staging}")
+    ok = v["verdict"] == expected and deleted == (expected == "delete_allowed")
+    if scenario == "controller-kill":
+        # The evidence must show the watchdog reacted and proved the stop.
+        ok = ok and rec is not None and rec["stop_reason"] == "root_lost" and rec["quiescent"]
+    if scenario == "watchdog-loss":
+        ok = ok and "no_receipt" in v.codes
+    out(f"  audit log  {report['audit_log']}  (rea-audit show it)")
+    out(f"{'OK' if ok else 'FAILED'}: {scenario} reached {v['verdict']}"
+        f"{'' if ok else f', expected {expected}'}")
+    report.update(ok=ok, verdict=v["verdict"], status=v["status"], exit_code=v.exit_code,
+                  codes=v.codes, stop_reason=v.get("stop_reason"), staging_deleted=deleted,
+                  receipt=rec)
+    _write_report(args, report)
+    return 0 if ok else 1
+
+
+def _write_report(args, report):
+    if args.report:
+        with open(args.report, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
