@@ -279,7 +279,14 @@ fn judge(records: &[Record], rc: &Receipt, opts: &VerifyOptions, rs: &mut Reason
             "the action stopped because a descendant could not be proven (mapping_refused)",
         );
     }
-    if stopped_for(StopReason::RootLost) {
+    // The controller may die after another trigger started the stop (say,
+    // during the TERM grace): its root_lost is then a later trigger, and
+    // its intent is just as unknown.
+    let root_lost = stopped_for(StopReason::RootLost)
+        || records.iter().any(
+            |r| matches!(&r.event, Event::StopTriggered(t) if t.reason == StopReason::RootLost),
+        );
+    if root_lost {
         rs.push(
             Code::RootLost,
             None,
