@@ -173,9 +173,14 @@ impl Watchdog {
     /// Starts a watchdog with a staging directory (one file in it) and
     /// `extra` flags; waits for the ready line.
     pub fn start(extra: &[&str]) -> Watchdog {
-        let scratch = Scratch::new();
+        Watchdog::start_in(Scratch::new(), None, extra)
+    }
+
+    /// Like [`Watchdog::start`], in a scratch directory the test prepared,
+    /// with the audit log at `audit_log` (default `SCRATCH/audit.jsonl`).
+    pub fn start_in(scratch: Scratch, audit_log: Option<PathBuf>, extra: &[&str]) -> Watchdog {
         let state_dir = scratch.path("state");
-        let audit_log = scratch.path("audit.jsonl");
+        let audit_log = audit_log.unwrap_or_else(|| scratch.path("audit.jsonl"));
         let staging = scratch.path("staging");
         std::fs::create_dir(&staging).unwrap();
         std::fs::write(staging.join("runtime.bin"), b"native runtime").unwrap();

@@ -5,3 +5,4 @@
 pub mod harness;
 pub mod logs;
 pub mod schema;
+pub mod stop;
