@@ -25,9 +25,11 @@ use common::harness::*;
 use common::schema::{request_validator, schema_errors};
 use common::stop::*;
 use nix::sys::signal::Signal;
-use rea::audit::record::{Ident, Uncertainty};
+use rea::audit::record::{Event, Ident, SignalSweep, Stage, StopReason, Uncertainty};
 use rea::process::identity::{read_stat, Stat};
 use rea::process::pidfd::{bind, bind_child, bind_ident, send_signal, BindError, VerifiedPidFd};
+use rea::process::reap::Peek;
+use rea::watchdog::cleanup::{Step, StopHost, Stopper};
 use serde_json::{json, Value};
 
 fn launcher_argv(args: &[&str]) -> Vec<String> {
@@ -427,6 +429,101 @@ fn audit_failure_stops_the_whole_tree_and_fails_the_run() {
     assert_ne!(code, 0, "{v:#}");
     assert_eq!(v["verdict"], "retain", "{v:#}");
     drop(tmpfs);
+}
+
+// ----- the kill bound belongs to the KILL stage --------------------------
+
+/// Stands in for the watchdog: the closure is rooted at `me` (a child the
+/// test started), records are kept in memory. Nothing here is reapable by
+/// the test, so the stop can never prove ECHILD; this only drives steps.
+struct FakeHost {
+    me: Ident,
+    events: Vec<Event>,
+}
+
+impl StopHost for FakeHost {
+    fn me(&self) -> Ident {
+        self.me
+    }
+    fn append(&mut self, ev: Event) {
+        self.events.push(ev);
+    }
+    fn sync(&mut self) {}
+    fn reap(&mut self) -> Peek {
+        Peek::NothingWaitable
+    }
+    fn uncertain(&mut self, st: &Stat, reason: Uncertainty, detail: String) {
+        panic!("uncertain mapping for {st:?}: {reason:?} {detail}");
+    }
+}
+
+fn sweeps_of(events: &[Event], stage: Stage) -> Vec<&SignalSweep> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::SignalSweep(s) if s.stage == stage => Some(s),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A TERM sweep that takes longer than grace + kill bound (a watchdog
+/// starved by a fork storm on a loaded box took 8 s for one) must not use
+/// up the KILL stage's bound: the next step still sends SIGKILL.
+#[test]
+fn a_term_stage_that_overran_still_gets_a_kill_sweep() {
+    let sibling = Sibling::start();
+    // sh (the stand-in watchdog) -> sleep, which ignores SIGTERM.
+    let mut sh = Command::new("/bin/sh")
+        .args(["-c", "(trap '' TERM; exec /bin/sleep 1000) & wait"])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn sh");
+    let sh_fd = bind_child(sh.id() as i32).unwrap();
+    let mut held = Held::default();
+    let sleeper = wait_for(PATIENCE, "the TERM-ignoring sleep", || {
+        rea::process::scan::descendants(sh.id() as i32)
+            .ok()?
+            .into_iter()
+            .find(|s| s.comm == "sleep")
+    });
+    held.add(
+        "sleep",
+        Ident {
+            pid: sleeper.pid,
+            start_time: sleeper.start_time,
+            uid: uid(),
+        },
+    );
+    let mut host = FakeHost {
+        me: sh_fd.ident(),
+        events: Vec::new(),
+    };
+    let t0 = Instant::now();
+    let grace = Duration::from_millis(500);
+    let bound = Duration::from_secs(3);
+    let mut stopper = Stopper::new(StopReason::StopRequested, t0, grace, bound);
+    assert!(matches!(stopper.step(&mut host, t0), Step::Wait(_)));
+    let term = sweeps_of(&host.events, Stage::Term);
+    assert_eq!(term.len(), 1);
+    assert_eq!(term[0].targets[0].pid, sleeper.pid);
+    assert!(!held.get("sleep").has_exited(), "sleep ignores SIGTERM");
+    // The next step comes 10 s later, as after a TERM sweep that took that
+    // long: past the grace and past t0 + grace + bound.
+    match stopper.step(&mut host, t0 + Duration::from_secs(10)) {
+        Step::Wait(_) => {}
+        Step::Done(c) => panic!("the stop gave up without a single SIGKILL: {c:?}"),
+    }
+    let kill = sweeps_of(&host.events, Stage::Kill);
+    assert_eq!(kill.len(), 1, "one KILL sweep");
+    assert_eq!(kill[0].targets[0].pid, sleeper.pid);
+    assert!(
+        wait_readable(held.get("sleep"), PATIENCE),
+        "SIGKILL reached it"
+    );
+    assert!(wait_readable(&sh_fd, PATIENCE));
+    sh.wait().unwrap();
+    sibling.assert_alive();
 }
 
 // ----- 3. forced PID reuse ------------------------------------------------
