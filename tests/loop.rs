@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{ChildStdout, Command, Output, Stdio};
 use std::sync::Barrier;
 use std::time::Duration;
@@ -562,27 +562,43 @@ fn the_watchdog_outlives_its_controllers_sigkill() {
         .arg(fixture("controller.py"))
         .arg("--watchdog")
         .arg(watchdog_bin())
+        .arg("--")
         .arg("--state-dir")
         .arg(s.path("state"))
         .arg("--audit-log")
         .arg(&log)
         .arg("--staging")
         .arg(&staging)
-        .arg("--")
-        .arg(python())
-        .arg(fixture("tree.py"))
-        .args(["--oracle", oracle.arg()])
-        .args(["--shape", "escapee", "--shape", "doublefork"])
-        .args(["--shape", "termignore", "--shape", "chain:5"])
-        .args(["--shape", "hopper"])
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let mut ctl = Controller(Some(child));
+    let mut commands = ctl.0.as_mut().unwrap().stdin.take().unwrap();
     let mut lines = BufReader::new(ctl.0.as_mut().unwrap().stdout.take().unwrap());
     let ready: Value = serde_json::from_str(&read_line_within(&mut lines, PATIENCE)).unwrap();
     assert_eq!(ready["event"], "ready", "{ready}");
+    let tree = serde_json::json!([
+        python(),
+        fixture("tree.py"),
+        "--oracle",
+        oracle.arg(),
+        "--shape",
+        "escapee",
+        "--shape",
+        "doublefork",
+        "--shape",
+        "termignore",
+        "--shape",
+        "chain:5",
+        "--shape",
+        "hopper",
+    ]);
+    let submit =
+        serde_json::json!({"op": "submit", "argv": tree, "name": "install", "deadline": "200s"});
+    writeln!(commands, "{submit}").unwrap();
+    let submitted: Value = serde_json::from_str(&read_line_within(&mut lines, PATIENCE)).unwrap();
+    assert_eq!(submitted["event"], "submitted", "{submitted}");
     let wd = bind_ident(Ident {
         pid: ready["pid"].as_i64().unwrap() as i32,
         start_time: ready["start_time"].as_u64().unwrap(),

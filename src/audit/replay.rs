@@ -44,6 +44,8 @@ pub struct Replay {
     last_staging: Option<StagingInventoried>,
     /// A `stop_triggered` for `audit_failure` was recorded.
     pub audit_failure_seen: bool,
+    /// A `stop_triggered` for `root_lost` was recorded (first or later).
+    pub root_lost_seen: bool,
     sweep: Vec<SignalSweep>,
     out: Vec<Reason>,
 }
@@ -98,9 +100,8 @@ impl Replay {
             Event::Reaped(p) => self.reaped += p.processes.len() as u64,
             Event::MappingUncertain(_) => self.uncertain += 1,
             Event::StopTriggered(t) => {
-                if t.reason == StopReason::AuditFailure {
-                    self.audit_failure_seen = true;
-                }
+                self.audit_failure_seen |= t.reason == StopReason::AuditFailure;
+                self.root_lost_seen |= t.reason == StopReason::RootLost;
                 if t.first {
                     self.firsts += 1;
                     self.first_stop.get_or_insert(t.reason);

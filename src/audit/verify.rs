@@ -420,7 +420,11 @@ fn judge(replay: &Replay, rc: &Receipt, opts: &VerifyOptions, rs: &mut Reasons) 
             "the action stopped because a descendant could not be proven (mapping_refused)",
         );
     }
-    if stopped_for(StopReason::RootLost) {
+    // The controller may die after another trigger started the stop (say,
+    // during the TERM grace): its root_lost is then a later trigger, and
+    // its intent is just as unknown.
+    let root_lost = stopped_for(StopReason::RootLost) || replay.root_lost_seen;
+    if root_lost {
         rs.push(
             Code::RootLost,
             None,

@@ -71,6 +71,7 @@ pub struct Stopper {
     started: Instant,
     grace_until: Instant,
     kill_until: Instant,
+    kill_bound: Duration,
     stage: Stage,
     sweeps: u32,
     termed: HashSet<Key>,
@@ -88,6 +89,7 @@ impl Stopper {
             started: now,
             grace_until,
             kill_until: grace_until + kill_bound,
+            kill_bound,
             stage: if grace.is_zero() {
                 Stage::Kill
             } else {
@@ -116,6 +118,10 @@ impl Stopper {
         }
         if self.stage == Stage::Term && now >= self.grace_until {
             self.stage = Stage::Kill;
+            // The kill bound is the KILL stage's own: a TERM sweep that
+            // overran the grace (a watchdog starved by a fork storm) must
+            // not use it up before a single SIGKILL went out.
+            self.kill_until = self.kill_until.max(now + self.kill_bound);
         }
         if self.stage == Stage::Kill && now >= self.kill_until {
             let left = scan.iter().filter(|s| !s.is_zombie()).count() as u64;

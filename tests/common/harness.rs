@@ -56,27 +56,16 @@ pub fn python() -> &'static str {
     })
 }
 
-/// True inside a private PID namespace: this process's PID namespace is not
-/// the initial one, or NSpid has more than one level.
-///
-/// NSpid alone is not enough: it lists pids from the namespace of the
-/// `/proc` mount down, so under `unshare --pid --fork --mount-proc` (what
-/// tools/test runs, and what the watchdog's `/proc` scans need) it has one
-/// level, exactly as outside. The initial PID namespace always has inode
-/// 0xEFFFFFFC (the kernel's PROC_PID_INIT_INO).
+/// The inode of the initial PID namespace (the kernel's `PROC_PID_INIT_INO`).
+const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+
+/// True inside a private PID namespace. `NSpid` lists one pid per level
+/// *as seen from the /proc mount*: under `unshare --pid --fork --mount-proc`
+/// (what tools/test uses) /proc belongs to the new namespace and shows one
+/// level only, so the namespace is also compared with the initial one.
 pub fn in_private_pid_ns() -> bool {
-    const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
-    let not_initial = std::fs::read_link("/proc/self/ns/pid")
-        .ok()
-        .and_then(|l| {
-            let l = l.to_string_lossy().into_owned();
-            l.strip_prefix("pid:[")?
-                .strip_suffix(']')?
-                .parse::<u64>()
-                .ok()
-        })
-        .is_some_and(|ino| ino != PROC_PID_INIT_INO);
-    let nested = std::fs::read_to_string("/proc/self/status")
+    use std::os::unix::fs::MetadataExt;
+    let nested_view = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
@@ -84,7 +73,10 @@ pub fn in_private_pid_ns() -> bool {
                 .map(|l| l.split_whitespace().count() > 2)
         })
         .unwrap_or(false);
-    not_initial || nested
+    let not_initial = std::fs::metadata("/proc/self/ns/pid")
+        .map(|m| m.ino() != PROC_PID_INIT_INO)
+        .unwrap_or(false);
+    nested_view || not_initial
 }
 
 /// Skips (returns true, with a message) outside a private PID namespace.
@@ -181,9 +173,14 @@ impl Watchdog {
     /// Starts a watchdog with a staging directory (one file in it) and
     /// `extra` flags; waits for the ready line.
     pub fn start(extra: &[&str]) -> Watchdog {
-        let scratch = Scratch::new();
+        Watchdog::start_in(Scratch::new(), None, extra)
+    }
+
+    /// Like [`Watchdog::start`], in a scratch directory the test prepared,
+    /// with the audit log at `audit_log` (default `SCRATCH/audit.jsonl`).
+    pub fn start_in(scratch: Scratch, audit_log: Option<PathBuf>, extra: &[&str]) -> Watchdog {
         let state_dir = scratch.path("state");
-        let audit_log = scratch.path("audit.jsonl");
+        let audit_log = audit_log.unwrap_or_else(|| scratch.path("audit.jsonl"));
         let staging = scratch.path("staging");
         std::fs::create_dir(&staging).unwrap();
         std::fs::write(staging.join("runtime.bin"), b"native runtime").unwrap();

@@ -6,3 +6,4 @@ pub mod harness;
 pub mod logs;
 pub mod raw;
 pub mod schema;
+pub mod stop;
