@@ -290,6 +290,12 @@ impl Session {
             if fds[0].revents & libc::POLLHUP != 0 && fds[0].revents & libc::POLLIN == 0 {
                 let mut rest = Vec::new();
                 let _ = fifo.file.read_to_end(&mut rest);
+                if rest.is_empty() && self.watchdog.has_exited() {
+                    return Err(cerr(format!(
+                        "the watchdog (pid {}) exited before answering",
+                        self.ready.pid
+                    )));
+                }
                 if rest.is_empty() {
                     return Err(cerr(
                         "the watchdog closed the reply channel without an answer",

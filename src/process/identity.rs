@@ -7,6 +7,8 @@
 use std::fs::File;
 use std::io::{self, Read};
 
+use crate::audit::record::Proc;
+
 /// The parts of `/proc/PID/stat` the watchdog decides on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stat {
@@ -22,6 +24,17 @@ pub struct Stat {
 impl Stat {
     pub fn is_zombie(&self) -> bool {
         self.state == b'Z' || self.state == b'X'
+    }
+
+    /// The record form of this process, with the uid read separately.
+    pub fn to_proc(&self, uid: u32) -> Proc {
+        Proc {
+            pid: self.pid,
+            ppid: self.ppid,
+            start_time: self.start_time,
+            uid,
+            comm: self.comm.clone(),
+        }
     }
 }
 

@@ -115,16 +115,6 @@ fn read_back(pid: i32) -> Result<(Stat, u32), BindError> {
     }
 }
 
-fn proc_of(st: &Stat, uid: u32) -> Proc {
-    Proc {
-        pid: st.pid,
-        ppid: st.ppid,
-        start_time: st.start_time,
-        uid,
-        comm: st.comm.clone(),
-    }
-}
-
 /// Binds a process found by a scan: `pidfd_open`, then read back start time,
 /// uids and parent and compare them with the scan. `parent_ok` says whether a
 /// (possibly new) parent pid is the watchdog or a member of the same closure.
@@ -168,7 +158,7 @@ pub fn bind(
     }
     Ok(VerifiedPidFd {
         fd,
-        proc: proc_of(&st, uid),
+        proc: st.to_proc(uid),
     })
 }
 
@@ -206,7 +196,7 @@ pub fn bind_ident(ident: Ident) -> Result<VerifiedPidFd, BindError> {
     }
     Ok(VerifiedPidFd {
         fd,
-        proc: proc_of(&st, uid),
+        proc: st.to_proc(uid),
     })
 }
 
@@ -224,7 +214,7 @@ pub fn bind_child(pid: i32) -> io::Result<VerifiedPidFd> {
     let uid = read_uids(pid).map(|u| u.real).unwrap_or(u32::MAX);
     Ok(VerifiedPidFd {
         fd,
-        proc: proc_of(&st, uid),
+        proc: st.to_proc(uid),
     })
 }
 

@@ -645,7 +645,9 @@ impl Action {
                 format!("id {} was already used in this run", req.id),
             );
         }
-        if self.close.is_some() {
+        // A stop while closing is still a (later) stop trigger: a controller
+        // may escalate close -> stop and must not get an error for it.
+        if self.close.is_some() && req.op != Op::Stop {
             return refuse(self, RefusalReason::Closed, "the action is closing".into());
         }
         let reply_to = ReplyTo {
@@ -1153,9 +1155,9 @@ impl Action {
                     Uncertainty::UidMismatch,
                     format!("uid {} / euid {}", uid.real, uid.effective),
                 );
-                unproven.push(proc_of(st, uid.real));
+                unproven.push(st.to_proc(uid.real));
             } else if !leaders.contains(&st.pid) && !sessions.contains(&st.sid) {
-                abandoned.push(proc_of(st, uid.real));
+                abandoned.push(st.to_proc(uid.real));
             }
         }
         if !unproven.is_empty() {
@@ -1259,7 +1261,7 @@ impl Action {
                         let left: Vec<Proc> = scan
                             .iter()
                             .map(|s| {
-                                proc_of(s, read_uids(s.pid).map(|u| u.real).unwrap_or(u32::MAX))
+                                s.to_proc(read_uids(s.pid).map(|u| u.real).unwrap_or(u32::MAX))
                             })
                             .collect();
                         let n = left.len();
@@ -1475,21 +1477,11 @@ impl StopHost for Action {
         Action::append(
             self,
             Event::MappingUncertain(crate::audit::record::MappingUncertain {
-                process: proc_of(st, uid),
+                process: st.to_proc(uid),
                 reason,
                 detail: bounded(&detail),
             }),
         );
-    }
-}
-
-fn proc_of(st: &Stat, uid: u32) -> Proc {
-    Proc {
-        pid: st.pid,
-        ppid: st.ppid,
-        start_time: st.start_time,
-        uid,
-        comm: st.comm.clone(),
     }
 }
 

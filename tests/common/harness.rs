@@ -17,7 +17,7 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -616,16 +616,4 @@ impl Drop for Sibling {
             let _ = c.wait();
         }
     }
-}
-
-/// An fd pair for tests that need a raw pipe.
-pub fn pipe() -> (OwnedFd, OwnedFd) {
-    let (r, w) = nix::unistd::pipe().expect("pipe");
-    (r, w)
-}
-
-/// Wraps an OwnedFd as a File.
-pub fn file(fd: OwnedFd) -> File {
-    // SAFETY: ownership moves into the File.
-    unsafe { File::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(fd)) }
 }
