@@ -475,8 +475,9 @@ def sacrificial(args):
 
 def main():
     p = argparse.ArgumentParser(
-        description="rea demonstration controller (see the module docstring for scenarios "
-                    "and exit codes)")
+        description=__doc__.split("\n\n", 1)[0],
+        epilog=__doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenario_pos", nargs="?", metavar="SCENARIO", choices=sorted(EXPECTED))
     p.add_argument("--scenario", choices=sorted(EXPECTED))
     p.add_argument("--work-dir", help="where to stage and log (default: a new directory "
