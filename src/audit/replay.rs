@@ -8,8 +8,9 @@
 //!
 //! It runs as the log streams by (records are fed in order and not kept),
 //! so verifying a log of millions of records needs little memory. A sweep's
-//! parts are consecutive records; its closure check runs once the sweep's
-//! last part has been seen.
+//! parts come in order, possibly with other records between them (uncertain
+//! mappings found while binding, failed signals); its closure check runs
+//! once the next sweep starts or the log ends.
 
 use std::collections::{HashMap, HashSet};
 
@@ -58,9 +59,6 @@ impl Replay {
     /// Feeds the next record that parsed (the receipt is not fed).
     pub fn record(&mut self, ev: Event) {
         self.seen += 1;
-        if !matches!(ev, Event::SignalSweep(_)) {
-            self.flush_sweep();
-        }
         match ev {
             Event::RunStarted(s) if self.seen == 1 => self.start = Some(s),
             Event::RootBound(b) => {

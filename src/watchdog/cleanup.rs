@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::audit::record::{
-    Event, Ident, Link, Proc, Sig, SignalFailed, SignalSweep, Stage, StopCompleted, StopReason,
+    Event, Ident, Link, Sig, SignalFailed, SignalSweep, Stage, StopCompleted, StopReason,
     Uncertainty,
 };
 use crate::clock::millis;
@@ -39,9 +39,21 @@ use crate::process::scan::descendants;
 const TERM_RESCAN: Duration = Duration::from_millis(10);
 /// Rescan interval between KILL sweeps (SIGCHLD usually wakes us sooner).
 const KILL_RESCAN: Duration = Duration::from_millis(4);
-/// Targets (and other closure members) per sweep record part; keeps lines
-/// far below the audit line cap.
-const PART: usize = 2048;
+/// Targets in a sweep's first record part: small, so the first signals go
+/// out after binding a few processes, not all of them.
+const FIRST_PART: usize = 32;
+/// Targets in each later part (one durable record each; far below the
+/// audit line cap).
+const PART: usize = 512;
+
+/// A sweep's record part being filled: the targets bound since the last
+/// part, and the closure members passed over (for the replay's parent links).
+struct Part {
+    sweep: u32,
+    index: u32,
+    targets: Vec<VerifiedPidFd>,
+    others: Vec<Link>,
+}
 
 /// What the stop procedure needs from the event loop.
 pub trait StopHost {
@@ -147,66 +159,70 @@ impl Stopper {
         let members: HashSet<i32> = scan.iter().map(|s| s.pid).collect();
         let parent_ok = |p: i32| p == me.pid || members.contains(&p);
         let stage = self.stage;
-        let mut targets: Vec<VerifiedPidFd> = Vec::new();
-        let mut others: Vec<Link> = Vec::new();
+        let mut part = Part {
+            sweep: self.sweeps + 1,
+            index: 0,
+            targets: Vec::new(),
+            others: Vec::new(),
+        };
         for st in scan {
             let key = (st.pid, st.start_time);
             let done = match stage {
                 Stage::Term => self.termed.contains(&key) || self.killed.contains(&key),
                 Stage::Kill => self.killed.contains(&key),
             };
+            let link = Link {
+                pid: st.pid,
+                ppid: st.ppid,
+            };
             if st.is_zombie() || done || self.uncertain.contains(&key) {
-                others.push(Link {
-                    pid: st.pid,
-                    ppid: st.ppid,
-                });
+                part.others.push(link);
                 continue;
             }
             match bind(st, me.uid, parent_ok) {
-                Ok(fd) => targets.push(fd),
-                Err(BindError::Gone) => others.push(Link {
-                    pid: st.pid,
-                    ppid: st.ppid,
-                }),
+                Ok(fd) => part.targets.push(fd),
+                Err(BindError::Gone) => part.others.push(link),
                 Err(BindError::Uncertain { reason, detail }) => {
-                    others.push(Link {
-                        pid: st.pid,
-                        ppid: st.ppid,
-                    });
+                    part.others.push(link);
                     self.uncertain.insert(key);
                     host.uncertain(st, reason, detail);
                 }
             }
+            // Signal in parts as the scan goes: in a fork storm, binding
+            // thousands first would leave all of them running meanwhile.
+            let limit = if part.index == 0 { FIRST_PART } else { PART };
+            if part.targets.len() >= limit {
+                self.signal_part(host, &mut part);
+            }
         }
-        if targets.is_empty() {
-            host.sync();
-            return;
+        if !part.targets.is_empty() {
+            self.signal_part(host, &mut part);
         }
-        self.sweeps += 1;
+        if part.index == 0 {
+            host.sync(); // nothing to signal; what was appended is still made durable
+        } else {
+            self.sweeps = part.sweep;
+        }
+    }
+
+    /// Records one part of a sweep durably, then signals its targets.
+    fn signal_part(&mut self, host: &mut impl StopHost, part: &mut Part) {
+        let stage = self.stage;
         let signals: &[Sig] = match stage {
             Stage::Term => &[Sig::Term, Sig::Cont],
             Stage::Kill => &[Sig::Kill],
         };
-        let procs: Vec<Proc> = targets.iter().map(|t| t.proc().clone()).collect();
-        let parts = procs
-            .len()
-            .div_ceil(PART)
-            .max(others.len().div_ceil(PART))
-            .max(1);
-        fn chunk<T: Clone>(v: &[T], i: usize) -> Vec<T> {
-            v.iter().skip(i * PART).take(PART).cloned().collect()
-        }
-        for part in 0..parts {
-            host.append(Event::SignalSweep(SignalSweep {
-                sweep: self.sweeps,
-                part: part as u32,
-                stage,
-                signals: signals.to_vec(),
-                targets: chunk(&procs, part),
-                others: chunk(&others, part),
-            }));
-        }
+        let targets = std::mem::take(&mut part.targets);
+        host.append(Event::SignalSweep(SignalSweep {
+            sweep: part.sweep,
+            part: part.index,
+            stage,
+            signals: signals.to_vec(),
+            targets: targets.iter().map(|t| t.proc().clone()).collect(),
+            others: std::mem::take(&mut part.others),
+        }));
         host.sync();
+        part.index += 1;
         for t in targets {
             let key = (t.pid(), t.proc().start_time);
             for &sig in signals {
@@ -217,7 +233,7 @@ impl Stopper {
                 };
                 if let Err(e) = send_signal(&t, s) {
                     host.append(Event::SignalFailed(SignalFailed {
-                        sweep: self.sweeps,
+                        sweep: part.sweep,
                         target: t.ident(),
                         signal: sig,
                         errno: e.raw_os_error().unwrap_or(0),
