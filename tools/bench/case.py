@@ -274,9 +274,9 @@ def supervisor_argv(spec, job, deadline_s):
             "--audit-log",
             spec["audit_log"],
             "--term-grace",
-            f"{int(GRACE_S * 1000)}ms",
+            f"{spec.get('rea_grace_ms', int(GRACE_S * 1000))}ms",
             "--kill-bound",
-            f"{int(KILL_BOUND_S)}s",
+            f"{spec.get('rea_kill_ms', int(KILL_BOUND_S * 1000))}ms",
         ]
         if deadline_s:
             a += ["--deadline", f"{int(deadline_s * 1000)}ms"]
@@ -323,6 +323,9 @@ def rea_log_summary(path, t0):
         elif k == "signal_sweep" and "first_sweep_ns" not in out:
             out["first_sweep_ns"] = r["mono_ns"] - t0
             out["first_sweep_targets"] = len(r["data"]["targets"])
+        if k == "signal_sweep" and r["data"]["stage"] == "kill" and r["data"]["part"] == 0:
+            out["kill_sweeps"] = out.get("kill_sweeps", 0) + 1
+            out.setdefault("first_kill_ns", r["mono_ns"] - t0)
         elif k == "stop_completed":
             out["stop_completed"] = r["data"]
             out["stop_completed_ns"] = r["mono_ns"] - t0
@@ -336,7 +339,8 @@ def rea_log_summary(path, t0):
                 "signals": d["counts"]["signals"],
                 "reaped": d["counts"]["reaped"],
             }
-    out["sweeps"] = sum(1 for r in recs if r["kind"] == "signal_sweep")
+    out["sweeps"] = sum(1 for r in recs if r["kind"] == "signal_sweep" and r["data"]["part"] == 0)
+    out.setdefault("kill_sweeps", 0)
     out["records"] = len(recs)
     return out
 
@@ -452,9 +456,11 @@ def case_tree(spec):
     res["t0_from_spawn_s"] = (t0 - t_spawn) / 1e9
     res["quiesce_ms"] = None if t_eof is None else (t_eof - t0) / 1e6
     res["gave_up"] = state["why"]
+    t_scan = mono_ns()
     left = scan_marked(marker)
     res["survivors"] = len(left)
     res["survivor_roles"] = roles(left)
+    res["survivor_scan_at_ms"] = (t_scan - t0) / 1e6
     res["sibling_alive"] = not sibling.exited()
     probe = oracle.probe()
     if probe is not None:
@@ -486,9 +492,9 @@ def case_storm(spec):
     errlog = open(os.path.join(scratch, "supervisor.stderr"), "wb")
     t_spawn = mono_ns()
     supproc = spawn(argv, stderr=errlog)
-    ready = oracle.wait_ready(180)
+    ready = oracle.wait_ready(300)
     if not ready:
-        res["error"] = "storm not ready"
+        res["error"] = "storm not ready within 300 s"
         return res
     res["build_s"] = (mono_ns() - t_spawn) / 1e9
     res["live_at_stop"] = len(scan_marked(marker))
@@ -765,6 +771,10 @@ def case_idle(spec):
 def case_cmd(spec):
     """Runs one diagnostic program (this namespace's only other process tree)
     and returns the JSON it prints."""
+    # Bystanders: unrelated processes (this driver's children, not the
+    # program's), as a real host has; a /proc scan must read them all.
+    for _ in range(spec.get("bystanders", 0)):
+        os.posix_spawn("/bin/sleep", ["sleep", "3600"], os.environ)
     r = subprocess.run(spec["argv"], capture_output=True, text=True, timeout=spec.get("timeout", 300))
     try:
         return json.loads(r.stdout.strip().splitlines()[-1])
