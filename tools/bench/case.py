@@ -784,6 +784,39 @@ def case_idle(spec):
     return res
 
 
+def case_wakefloor(spec):
+    """The floor under any 'controller died → watchdog noticed' figure on this
+    machine: SIGKILL to a sleeping process (its exit) until *another* process
+    polling its pidfd wakes up. Ordinary priorities for both sides."""
+    out = []
+    for _ in range(spec.get("reps", 20)):
+        r, w = os.pipe()
+        victim = spawn(["/bin/sleep", "100"])
+        pid = os.fork()
+        if pid == 0:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+            fd = os.pidfd_open(victim.pid)
+            os.write(w, b"r")
+            p = select.poll()
+            p.register(fd, select.POLLIN)
+            p.poll()
+            os.write(w, str(mono_ns()).encode())
+            os._exit(0)
+        waiter = os.pidfd_open(pid)
+        os.read(r, 1)
+        time.sleep(0.05)
+        t0 = mono_ns()
+        victim.signal(signal.SIGKILL)
+        t1 = int(os.read(r, 64))
+        os.waitpid(pid, 0)
+        os.close(waiter)
+        victim.popen.wait()
+        os.close(r)
+        os.close(w)
+        out.append((t1 - t0) / 1e6)
+    return {"wake_ms": out}
+
+
 def case_cmd(spec):
     """Runs one diagnostic program (this namespace's only other process tree)
     and returns the JSON it prints."""
@@ -816,7 +849,8 @@ def main():
         except (OSError, AttributeError):
             rt = False
     fn = {"tree": case_tree, "storm": case_storm, "spawn": case_spawn,
-          "footprint": case_footprint, "idle": case_idle, "cmd": case_cmd}[kind]
+          "footprint": case_footprint, "idle": case_idle, "cmd": case_cmd,
+          "wakefloor": case_wakefloor}[kind]
     try:
         res = fn(spec)
     except Exception as e:  # report, never hang: the namespace dies with us
