@@ -709,7 +709,7 @@ def section2_md(w, s2):
     w("## 2. Reaction latency: controller SIGKILL → first signal")
     w("")
     w("`rea-watchdog exec` under a controller process, polite tree N=20 plus a probe")
-    w("member that records CLOCK_MONOTONIC in its SIGTERM handler. t0 = the bench's")
+    w("member that takes its SIGTERM with `sigwaitinfo` and notes CLOCK_MONOTONIC. t0 = the bench's")
     w("CLOCK_MONOTONIC right before `pidfd_send_signal(controller, SIGKILL)`.")
     w("*stop_triggered* and *first signal_sweep* are those records' `mono_ns` (the")
     w("sweep record is appended *before* the `fdatasync` that precedes the signals, so")

@@ -5,7 +5,9 @@
 
 TOOL: strace-c (syscall counts and wall time), strace-T (timeline with
 per-call durations), perf (cpu-clock samples with call graphs, user and
-kernel), callgrind (instruction counts; reproducible under load).
+kernel), callgrind (instruction counts; reproducible under load — but
+valgrind 3.19 does not know pidfd_open, syscall 434, and rea-watchdog then
+refuses to start: it needs a valgrind that does).
 
 Runs the same case as section 1 (`rea-watchdog exec` over the tree, inside
 private PID namespaces, as root), with the profiler attached to the watchdog
