@@ -189,12 +189,16 @@ class Runner:
             return {"error": f"case timed out after {limit_s}s", **{k: spec.get(k) for k in ("sup", "trigger", "n")}}
         finally:
             err.close()
+            # cgsup removes its group; if the case was torn down first, the
+            # group empties as the namespace's processes finish dying.
             g = os.path.join(self.cgroot or "/nonexistent", spec["cgname"])
-            if os.path.isdir(g):
+            for _ in range(100):
+                if not os.path.isdir(g):
+                    break
                 try:
                     os.rmdir(g)
                 except OSError:
-                    pass
+                    time.sleep(0.1)
         try:
             res = json.loads(out.decode().strip().splitlines()[-1])
         except (ValueError, IndexError):

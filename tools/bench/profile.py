@@ -53,6 +53,8 @@ def main():
         d = os.path.join(run.scratch_root, f"case-{run.n + 1:04d}")
         spec["wrap"] = [w.replace("{scratch}", d) for w in spec["wrap"]]
     r = run.case(spec, limit_s=600)
+    import shutil
+    shutil.rmtree(run.shm_root, ignore_errors=True)  # the scratch dir on disk is kept
     d = os.path.join(run.scratch_root, f"case-{run.n:04d}")
     print(json.dumps({k: r.get(k) for k in ("quiesce_ms", "survivors", "gave_up", "error", "rea")}, indent=1))
     print("scratch:", d)
