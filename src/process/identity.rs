@@ -70,9 +70,23 @@ pub fn parse_stat(buf: &[u8]) -> Option<Stat> {
     })
 }
 
+/// Reads a small `/proc` file: open, one `read` (a 4 KiB buffer holds
+/// `stat` and `status` whole), close. `read_to_end` would add a `statx` and
+/// a second `read` per file, and the stop procedure reads thousands.
 fn read_small(path: &str, buf: &mut Vec<u8>) -> io::Result<()> {
     buf.clear();
-    File::open(path)?.read_to_end(buf)?;
+    buf.resize(4096, 0);
+    let mut f = File::open(path)?;
+    let mut len = 0;
+    loop {
+        let n = f.read(&mut buf[len..])?;
+        len += n;
+        if n == 0 || len < buf.len() {
+            break;
+        }
+        buf.resize(buf.len() * 2, 0);
+    }
+    buf.truncate(len);
     Ok(())
 }
 

@@ -178,9 +178,12 @@ fn main() {
         }
         k
     };
-    put("readdir_proc_ms", time(reps, || {
-        dir_read();
-    }));
+    put(
+        "readdir_proc_ms",
+        time(reps, || {
+            dir_read();
+        }),
+    );
     put(
         "poll_has_exited_ms",
         time(reps, || {
@@ -208,15 +211,10 @@ fn main() {
     put("sigkill_loop_ms", kill_all(&kids));
     let t = Instant::now();
     let mut reaped = 0;
-    loop {
-        match peek().unwrap() {
-            Peek::Waitable(pid) => {
-                let _ = read_stat(pid);
-                reap_pid(pid).unwrap();
-                reaped += 1;
-            }
-            _ => break,
-        }
+    while let Peek::Waitable(pid) = peek().unwrap() {
+        let _ = read_stat(pid);
+        reap_pid(pid).unwrap();
+        reaped += 1;
     }
     put("reap_peek_stat_pid_ms", t.elapsed().as_secs_f64() * 1e3);
     assert_eq!(reaped, n);
