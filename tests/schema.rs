@@ -367,6 +367,12 @@ fn every_kind_events() -> Vec<Event> {
             } else {
                 vec![]
             },
+            priority: [
+                Some(StopPriority::Fifo),
+                Some(StopPriority::Nice),
+                Some(StopPriority::Unchanged),
+                None,
+            ][i % 4],
         }));
     }
     ev.extend([

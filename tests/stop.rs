@@ -526,6 +526,97 @@ fn a_term_stage_that_overran_still_gets_a_kill_sweep() {
     sibling.assert_alive();
 }
 
+// ----- the watchdog's priority --------------------------------------------
+
+/// `/proc/PID/stat` fields 19 (nice) and 41 (scheduling policy).
+fn nice_and_policy(pid: i32) -> (i64, i64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_comm: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    // after_comm[0] is field 3 (state).
+    (
+        after_comm[19 - 3].parse().unwrap(),
+        after_comm[41 - 3].parse().unwrap(),
+    )
+}
+
+fn have_cap_sys_nice() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(|h| u64::from_str_radix(h.trim(), 16).unwrap())
+        .unwrap();
+    eff & (1 << 23) != 0 // CAP_SYS_NICE
+}
+
+/// The watchdog waits at the lowest nice value it may take, its jobs get
+/// the original one back, the stop runs at SCHED_FIFO (where allowed) and
+/// says so in its record, and the policy is back to normal afterwards.
+#[test]
+fn the_watchdog_raises_its_priority_but_never_hands_it_on() {
+    let sibling = Sibling::start();
+    let mine = nice_and_policy(std::process::id() as i32);
+    let mut w = Watchdog::start(&[]);
+    let (nice, policy) = nice_and_policy(w.pid());
+    assert_eq!(
+        policy, mine.1,
+        "the watchdog waits under its original policy"
+    );
+    if have_cap_sys_nice() {
+        assert_eq!(
+            nice, -20,
+            "with CAP_SYS_NICE the watchdog waits at nice -20"
+        );
+    } else {
+        assert!(nice <= mine.0, "never below the nice it was started with");
+    }
+    let out = w.submit(
+        &["--name", "probe", "--capture"],
+        &[
+            python(),
+            "-c",
+            "import os; print(os.nice(0), os.sched_getscheduler(0))",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("{} {}", mine.0, mine.1),
+        "a job runs at the nice value and policy the watchdog was started with"
+    );
+    let sleeper = w.submit_bg(
+        &["--name", "sleeper", "--deadline", "600s"],
+        &["/bin/sleep", "600"],
+    );
+    wait_for(PATIENCE, "the sleeper's job_spawned record", || {
+        (of_kind(&w.records(), "job_spawned").len() == 2).then_some(())
+    });
+    let stop = client_wait(&w, "stop");
+    assert!(stop.status.success(), "{stop:?}");
+    let recs = w.records();
+    let first = of_kind(&recs, "stop_triggered")[0]["data"].clone();
+    let expected: &[&str] = if have_cap_sys_nice() {
+        &["fifo", "nice"] // nice: a kernel that refuses SCHED_FIFO even so
+    } else {
+        &["nice", "unchanged"]
+    };
+    assert!(
+        expected.contains(&first["priority"].as_str().unwrap_or("null")),
+        "{first}"
+    );
+    assert_eq!(
+        nice_and_policy(w.pid()),
+        (nice, policy),
+        "after the stop: the policy it had, still at its waiting nice value"
+    );
+    assert_eq!(output_within(sleeper, PATIENCE).status.code(), Some(124));
+    let close = client_wait(&w, "close");
+    assert!(close.status.success(), "{close:?}");
+    assert!(w.wait(PATIENCE).success());
+    assert_positive_stop(&w, &sibling, "stop_requested");
+    sibling.assert_alive();
+}
+
 // ----- 3. forced PID reuse ------------------------------------------------
 
 /// A pid that named one process (`stale`, now dead and reaped) and now

@@ -308,6 +308,21 @@ pub struct StopTriggered {
     pub job: Option<u64>,
     /// The processes behind the trigger (abandoned or unprovable ones).
     pub processes: Vec<Proc>,
+    /// The first trigger only: the CPU priority the watchdog took for the
+    /// stop (`watchdog::priority`); `null` on later triggers.
+    pub priority: Option<StopPriority>,
+}
+
+/// The scheduling a stopping watchdog runs with.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StopPriority {
+    /// `SCHED_FIFO` priority 1.
+    Fifo,
+    /// A lower nice value than it had.
+    Nice,
+    /// Not allowed to raise it (or already real-time).
+    Unchanged,
 }
 
 /// A closure member that a sweep did not signal (zombie, already signalled,

@@ -72,11 +72,15 @@ pub fn summary(ev: &Event) -> String {
         Event::OutputCapped(o) => format!("job {} output over {} bytes ({:?})", o.job, o.cap, o.stream),
         Event::ReplyFailed(r) => format!("reply to {} failed: {}", r.id, r.detail),
         Event::StopTriggered(t) => format!(
-            "{}{}: {} {}",
+            "{}{}: {} {}{}",
             t.reason.as_str(),
             if t.first { "" } else { " (already stopping)" },
             t.detail,
-            procs(&t.processes)
+            procs(&t.processes),
+            match t.priority {
+                Some(p) => format!(" [stopping at priority {p:?}]").to_lowercase(),
+                None => String::new(),
+            }
         ),
         Event::SignalSweep(s) => format!(
             "sweep {} {:?}: {} to {} process(es) {}",

@@ -147,10 +147,11 @@ impl Checker {
         }
     }
 
-    /// Checks every complete line in `data`; returns how many bytes it used.
-    fn feed(&mut self, data: &[u8]) -> usize {
+    /// Whether the file starts with a byte order mark (recorded once, from
+    /// the first bytes seen): not the writer's output at all, so nothing
+    /// else is worth checking.
+    fn starts_with_bom(&mut self, data: &[u8]) -> bool {
         if self.bytes == 0 && !self.bom && data.starts_with(BOM) {
-            // Not the writer's output at all; nothing else is worth checking.
             self.rs.push(
                 Code::Bom,
                 Some(1),
@@ -158,7 +159,12 @@ impl Checker {
             );
             self.bom = true;
         }
-        if self.bom {
+        self.bom
+    }
+
+    /// Checks every complete line in `data`; returns how many bytes it used.
+    fn feed(&mut self, data: &[u8]) -> usize {
+        if self.starts_with_bom(data) {
             self.bytes += data.len() as u64;
             return data.len();
         }
@@ -282,15 +288,7 @@ impl Checker {
             v.reasons = self.rs.0;
             return v.finish();
         }
-        if self.bytes == 0 && !self.bom && tail.starts_with(BOM) {
-            self.rs.push(
-                Code::Bom,
-                Some(1),
-                "byte order mark: the writer never produces one",
-            );
-            self.bom = true;
-        }
-        if self.bom {
+        if self.starts_with_bom(tail) {
             v.reasons = self.rs.0;
             return v.finish();
         }

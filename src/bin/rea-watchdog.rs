@@ -1,13 +1,13 @@
 //! `rea-watchdog`: owns every process of one action and proves none is left.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use rea::audit::record::Mode;
-use rea::client::{resolve_program, Session};
+use rea::client::{resolve_program, ClientError, Session};
 use rea::protocol::{is_token, RefusalReason, Reply};
 use rea::units::{parse_bytes, parse_duration, parse_positive_duration};
 use rea::watchdog::config::{new_run_id, Config};
@@ -317,66 +317,71 @@ fn dispatch(cmd: Cmd) -> i32 {
                 Err(e) => die(e),
             }
         }
-        Cmd::Stop { state_dir, wait } => {
-            let session = match Session::open(&state_dir) {
-                Ok(s) => s,
-                Err(e) => return die(e),
-            };
-            match session.stop(wait) {
-                Ok(Reply::StopComplete {
+        Cmd::Stop { state_dir, wait } => answer(
+            "stop",
+            &state_dir,
+            |s| s.stop(wait),
+            |reply| match reply {
+                Reply::StopComplete {
                     reason, quiescent, ..
-                }) => {
-                    println!(
-                        "{}",
-                        serde_json::json!({"stopped": true, "reason": reason, "quiescent": quiescent})
-                    );
-                    if quiescent {
-                        0
-                    } else {
-                        1
-                    }
-                }
-                Ok(Reply::Refused { reason, detail, .. }) => {
-                    die(format!("stop refused: {} ({detail})", reason.as_str()))
-                }
-                Ok(other) => die(format!("unexpected reply: {other:?}")),
-                Err(e) => die(e),
-            }
-        }
-        Cmd::Close { state_dir, wait } => {
-            let session = match Session::open(&state_dir) {
-                Ok(s) => s,
-                Err(e) => return die(e),
-            };
-            match session.close(wait) {
-                Ok(Reply::Closed {
+                } => Some((
+                    serde_json::json!({"stopped": true, "reason": reason, "quiescent": quiescent}),
+                    *quiescent,
+                )),
+                _ => None,
+            },
+        ),
+        Cmd::Close { state_dir, wait } => answer(
+            "close",
+            &state_dir,
+            |s| s.close(wait),
+            |reply| match reply {
+                Reply::Closed {
                     outcome,
                     stop_reason,
                     positive,
                     head,
                     audit_log,
                     ..
-                }) => {
-                    println!(
-                        "{}",
-                        serde_json::json!({
-                            "outcome": outcome, "stop_reason": stop_reason, "positive": positive,
-                            "head": head, "audit_log": audit_log,
-                        })
-                    );
-                    if positive {
-                        0
-                    } else {
-                        1
-                    }
-                }
-                Ok(Reply::Refused { reason, detail, .. }) => {
-                    die(format!("close refused: {} ({detail})", reason.as_str()))
-                }
-                Ok(other) => die(format!("unexpected reply: {other:?}")),
-                Err(e) => die(e),
+                } => Some((
+                    serde_json::json!({
+                        "outcome": outcome, "stop_reason": stop_reason, "positive": positive,
+                        "head": head, "audit_log": audit_log,
+                    }),
+                    *positive,
+                )),
+                _ => None,
+            },
+        ),
+    }
+}
+
+/// `stop` and `close`: one request to the watchdog, its final reply printed
+/// as one JSON line. Exit 0 when `report` says the outcome is good, 1 when
+/// not, 125 for a refusal, an unexpected reply or any client error.
+fn answer(
+    what: &str,
+    state_dir: &Path,
+    ask: impl FnOnce(&Session) -> Result<Reply, ClientError>,
+    report: impl FnOnce(&Reply) -> Option<(serde_json::Value, bool)>,
+) -> i32 {
+    let reply = match Session::open(state_dir).and_then(|s| ask(&s)) {
+        Ok(r) => r,
+        Err(e) => return die(e),
+    };
+    if let Reply::Refused { reason, detail, .. } = &reply {
+        return die(format!("{what} refused: {} ({detail})", reason.as_str()));
+    }
+    match report(&reply) {
+        Some((line, good)) => {
+            println!("{line}");
+            if good {
+                0
+            } else {
+                1
             }
         }
+        None => die(format!("unexpected reply: {reply:?}")),
     }
 }
 

@@ -27,6 +27,7 @@ use super::cleanup::{Step, StopHost, Stopper};
 use super::config::Config;
 use super::job::{Job, Output, ReplyTo};
 use super::passthrough::Passthrough;
+use super::priority::{Base, Boost};
 use super::reply::Replies;
 use super::spawn::{spawn, Launch};
 use super::start::Started;
@@ -129,6 +130,7 @@ pub struct Action {
     staging_start: Option<DirIdentity>,
     env: Vec<(OsString, OsString)>,
     nofile: libc::rlimit,
+    priority: Base,
     pass: Option<Passthrough>,
     fifo_buf: Vec<u8>,
     fifo_skipping: bool,
@@ -138,6 +140,8 @@ pub struct Action {
     replies: Replies,
     phase: Phase,
     stopper: Option<Stopper>,
+    /// The CPU priority raised for the stop, restored when it is done.
+    boost: Option<Boost>,
     stop_wake: Instant,
     stop_result: Option<StopCompleted>,
     first_stop: Option<StopReason>,
@@ -200,6 +204,7 @@ impl Action {
             staging_start,
             env,
             nofile: started.nofile,
+            priority: started.priority,
             pass,
             fifo_buf: Vec::new(),
             fifo_skipping: false,
@@ -209,6 +214,7 @@ impl Action {
             replies: Replies::default(),
             phase: Phase::Running,
             stopper: None,
+            boost: None,
             stop_wake: now,
             stop_result: None,
             first_stop: None,
@@ -752,6 +758,7 @@ impl Action {
             env: &env,
             watchdog_pid: self.me.pid,
             nofile: self.nofile,
+            priority: self.priority,
         };
         let sp = match spawn(&launch) {
             Ok(sp) => sp,
@@ -1193,6 +1200,9 @@ impl Action {
         processes: Vec<Proc>,
     ) {
         let first = self.phase == Phase::Running;
+        if first {
+            self.boost = Some(Boost::take(&self.priority));
+        }
         // Not synced here: the first sweep's sync makes it durable before
         // any signal goes out (one fdatasync on the way to the first TERM).
         self.append(Event::StopTriggered(StopTriggered {
@@ -1201,6 +1211,9 @@ impl Action {
             detail: bounded(&detail),
             job,
             processes,
+            priority: first
+                .then(|| self.boost.as_ref().map(Boost::taken))
+                .flatten(),
         }));
         if first {
             let now = Instant::now();
@@ -1225,6 +1238,9 @@ impl Action {
         match step {
             Step::Wait(t) => self.stop_wake = t,
             Step::Done(c) => {
+                if let Some(b) = self.boost.take() {
+                    b.restore();
+                }
                 self.record(Event::StopCompleted(c.clone()));
                 self.stop_result = Some(c);
                 self.phase = Phase::Stopped;

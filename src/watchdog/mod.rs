@@ -7,6 +7,7 @@ pub mod config;
 pub mod job;
 pub mod modes;
 pub mod passthrough;
+pub mod priority;
 pub mod reply;
 pub mod spawn;
 pub mod start;

@@ -3,9 +3,10 @@
 //! In the child, before exec: its own session, SIGKILL on parent death,
 //! exit at once if the parent is already gone (the pre-exec race
 //! bubblewrap fixed), no new privileges, default signal dispositions and an
-//! empty mask, the original descriptor limit, stdin from /dev/null, stdout
-//! and stderr to pipes, every other descriptor close-on-exec. The leader's
-//! pidfd is opened before the watchdog could ever reap it.
+//! empty mask, the original descriptor limit and nice value, stdin from
+//! /dev/null, stdout and stderr to pipes, every other descriptor
+//! close-on-exec. The leader's pidfd is opened before the watchdog could
+//! ever reap it.
 
 use std::ffi::{CString, OsString};
 use std::fs::File;
@@ -17,6 +18,7 @@ use std::process::{Command, Stdio};
 
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 
+use super::priority::Base;
 use crate::process::identity::read_stat;
 use crate::process::pidfd::{bind_child, VerifiedPidFd};
 use crate::protocol::RefusalReason;
@@ -43,6 +45,7 @@ pub struct Launch<'a> {
     pub env: &'a [(OsString, OsString)],
     pub watchdog_pid: i32,
     pub nofile: libc::rlimit,
+    pub priority: Base,
 }
 
 fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
@@ -52,7 +55,7 @@ fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
 }
 
 /// Runs between fork and exec: only async-signal-safe calls, no allocation.
-fn child_setup(parent: libc::pid_t, nofile: libc::rlimit) -> io::Result<()> {
+fn child_setup(parent: libc::pid_t, nofile: libc::rlimit, priority: Base) -> io::Result<()> {
     // SAFETY: plain syscalls on this (single-threaded, just forked) process.
     unsafe {
         if libc::setsid() < 0 {
@@ -84,6 +87,7 @@ fn child_setup(parent: libc::pid_t, nofile: libc::rlimit) -> io::Result<()> {
         libc::sigemptyset(&mut set);
         libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
         libc::setrlimit(libc::RLIMIT_NOFILE, &nofile);
+        priority.restore_in_child();
         // Anything inherited by accident is closed at exec (CLOSE_RANGE_CLOEXEC).
         libc::syscall(
             libc::SYS_close_range,
@@ -188,7 +192,7 @@ pub fn spawn(l: &Launch<'_>) -> Result<Spawned, SpawnError> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let (parent, nofile) = (l.watchdog_pid, l.nofile);
+    let (parent, nofile, priority) = (l.watchdog_pid, l.nofile, l.priority);
     let exec = Execve::new(l).map_err(|detail| SpawnError {
         errno: libc::EINVAL,
         reason: RefusalReason::BadArgv,
@@ -197,7 +201,7 @@ pub fn spawn(l: &Launch<'_>) -> Result<Spawned, SpawnError> {
     // SAFETY: child_setup and Execve::exec only make async-signal-safe calls.
     unsafe {
         cmd.pre_exec(move || {
-            child_setup(parent, nofile)?;
+            child_setup(parent, nofile, priority)?;
             exec.exec()
         });
     }

@@ -1,6 +1,7 @@
 //! Becoming a watchdog (SPEC 3.2 steps 1-3): bind the root controller, leave
-//! its session, become a child subreaper, raise the descriptor limit, and
-//! route the signals that matter into a signalfd before anything is spawned.
+//! its session, become a child subreaper, raise the descriptor limit and the
+//! CPU priority (`priority`), and route the signals that matter into a
+//! signalfd before anything is spawned.
 
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -8,6 +9,8 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use crate::audit::record::{Ident, RootSource};
 use crate::process::identity::read_stat;
 use crate::process::pidfd::{bind_ident, BindError, VerifiedPidFd};
+
+use super::priority::Base;
 
 /// The signals the loop reads from its signalfd (all blocked).
 pub const WATCHED: [Signal; 5] = [
@@ -25,6 +28,8 @@ pub struct Started {
     pub signals: SignalFd,
     /// The descriptor limit before it was raised; jobs get it back.
     pub nofile: libc::rlimit,
+    /// The nice value before it was raised; jobs get it back.
+    pub priority: Base,
     /// False when setsid was impossible (already a process-group leader).
     pub own_session: bool,
 }
@@ -107,6 +112,8 @@ pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String
         unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) };
     }
 
+    let priority = Base::raise();
+
     let mut mask = SigSet::empty();
     for s in WATCHED {
         mask.add(s);
@@ -129,6 +136,7 @@ pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String
         root_source,
         signals,
         nofile,
+        priority,
         own_session,
     })
 }

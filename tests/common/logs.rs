@@ -24,8 +24,8 @@ use rea::audit::record::{
     Bounds, Counts, DirIdentity, Event, Ident, JobExited, JobSpawned, Link, MappingUncertain, Mode,
     OutputCapped, Proc, Reaped, ReapedProc, Receipt, RequestReceived, RequestRefused, RootBound,
     RootSource, RunStarted, Sig, SignalSweep, Stage, StagingInventoried, Status, StopCompleted,
-    StopReason, StopTriggered, Stream, StreamSummary, TempRootInventoried, TempRootRemoved,
-    Uncertainty,
+    StopPriority, StopReason, StopTriggered, Stream, StreamSummary, TempRootInventoried,
+    TempRootRemoved, Uncertainty,
 };
 use rea::audit::AuditWriter;
 use rea::inventory;
@@ -516,6 +516,7 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
                 detail,
                 job,
                 processes,
+                priority: Some(StopPriority::Fifo),
             }));
             if reason != StopReason::MappingRefused {
                 write_uncertain(&mut log, &mut pids, &mut ticks, &mut uncertain_procs);
