@@ -376,8 +376,8 @@ impl Action {
                 self.reap_all();
             }
             self.check_deadlines(now);
-            if self.phase == Phase::Stopping && (children || now >= self.stop_wake) {
-                self.step_stop(now);
+            if self.phase == Phase::Stopping {
+                self.while_stopping(now, children);
             }
             self.maybe_finish();
         }
@@ -1226,6 +1226,17 @@ impl Action {
                 self.cfg.kill_bound,
             ));
             self.stop_wake = now;
+        }
+    }
+
+    /// A step rescans /proc: only at the instant the previous step asked
+    /// for, or as soon as reaping finds no child left (the proof may hold).
+    /// Rescanning on every child's exit would cost O(N) scans of O(N)
+    /// while N processes die, and a watchdog at SCHED_FIFO would take that
+    /// CPU from the dying.
+    fn while_stopping(&mut self, now: Instant, children: bool) {
+        if now >= self.stop_wake || (children && self.reap_all() == Peek::NoChildren) {
+            self.step_stop(now);
         }
     }
 

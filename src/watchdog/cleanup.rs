@@ -15,10 +15,11 @@
 //! durable before any of its signals is sent; only verified pidfds are
 //! signalled; "already signalled" is keyed by (pid, start time).
 //!
-//! The loop calls [`Stopper::step`] on every wake-up while stopping (SIGCHLD,
-//! pidfds, or the instant the previous step asked for). Rescans are timed
-//! because a process forked just before a sweep and orphaned afterwards
-//! produces no event for the watchdog.
+//! The loop calls [`Stopper::step`] at the instant the previous step asked
+//! for, and early when reaping finds no child left (the end may have come);
+//! in between it only reaps. Rescans are timed because a process forked
+//! just before a sweep and orphaned afterwards produces no event for the
+//! watchdog.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -37,8 +38,14 @@ use crate::process::scan::descendants;
 
 /// Rescan interval while waiting out the TERM grace.
 const TERM_RESCAN: Duration = Duration::from_millis(10);
-/// Rescan interval between KILL sweeps (SIGCHLD usually wakes us sooner).
+/// Rescan interval between KILL sweeps.
 const KILL_RESCAN: Duration = Duration::from_millis(4);
+/// After a rescan that found nothing new to signal, the interval doubles,
+/// up to this many times (TERM: 10 ms to 160 ms; KILL: 4 ms to 64 ms); a
+/// newcomer resets it. A dying tree is then not rescanned (a `stat` read
+/// of every visible process) dozens of times while it exits; the end is
+/// noticed without a timer, by the loop, when the last child is reaped.
+const MAX_BACKOFF: u32 = 4;
 /// Targets in a sweep's first record part: small, so the first signals go
 /// out after binding a few processes, not all of them.
 const FIRST_PART: usize = 32;
@@ -86,6 +93,8 @@ pub struct Stopper {
     kill_bound: Duration,
     stage: Stage,
     sweeps: u32,
+    /// Consecutive rescans that found nothing new to signal.
+    quiet: u32,
     termed: HashSet<Key>,
     killed: HashSet<Key>,
     uncertain: HashSet<Key>,
@@ -108,6 +117,7 @@ impl Stopper {
                 Stage::Term
             },
             sweeps: 0,
+            quiet: 0,
             termed: HashSet::new(),
             killed: HashSet::new(),
             uncertain: HashSet::new(),
@@ -144,17 +154,20 @@ impl Stopper {
                 left,
             ));
         }
-        self.sweep(host, &scan);
+        let signalled = self.sweep(host, &scan);
+        self.quiet = if signalled { 0 } else { self.quiet + 1 };
+        let backoff = 1 << self.quiet.min(MAX_BACKOFF);
         let next = match self.stage {
-            Stage::Term => (now + TERM_RESCAN).min(self.grace_until),
-            Stage::Kill => (now + KILL_RESCAN).min(self.kill_until),
+            Stage::Term => (now + TERM_RESCAN * backoff).min(self.grace_until),
+            Stage::Kill => (now + KILL_RESCAN * backoff).min(self.kill_until),
         };
         Step::Wait(next)
     }
 
     /// Bind and verify every live closure member not yet signalled in this
-    /// stage, record the sweep durably, then signal.
-    fn sweep(&mut self, host: &mut impl StopHost, scan: &[Stat]) {
+    /// stage, record the sweep durably, then signal. Returns whether there
+    /// was anything to signal.
+    fn sweep(&mut self, host: &mut impl StopHost, scan: &[Stat]) -> bool {
         let me = host.me();
         let members: HashSet<i32> = scan.iter().map(|s| s.pid).collect();
         let parent_ok = |p: i32| p == me.pid || members.contains(&p);
@@ -200,8 +213,10 @@ impl Stopper {
         }
         if part.index == 0 {
             host.sync(); // nothing to signal; what was appended is still made durable
+            false
         } else {
             self.sweeps = part.sweep;
+            true
         }
     }
 
