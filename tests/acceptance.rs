@@ -546,7 +546,7 @@ fn hopper_sibling_survives_success() {
     ];
     let submit = w.submit_bg(&["--name", "hopper"], &argv);
     let pid = spawned_pid(&w, "hopper");
-    let until = Instant::now() + Duration::from_secs(2);
+    let until = Instant::now() + PATIENCE;
     while std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default() != sibling.argv() {
         assert!(
             Instant::now() < until,
