@@ -13,6 +13,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use common::harness::*;
+use common::stop::Held;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
@@ -172,9 +173,11 @@ fn exec_exit_124_when_argv_leaves_orphans() {
     ];
     let child = e.spawn(&[], &argv);
     let (members, _) = oracle.wait_ready(PATIENCE);
-    // The root exits right after its ready line; the orphans it leaves stay.
+    // The root exits right after its ready line and the watchdog stops its
+    // orphans at once: some may be gone before the test can bind them (the
+    // oracle FIFO's EOF still covers every member).
     let orphans: Vec<Member> = members.into_iter().filter(|m| m.role != "root").collect();
-    let held = Members::bind(&orphans);
+    let held = Held::bind_live(&orphans);
     let out = output_within(child, PATIENCE);
     assert_eq!(code(&out), Some(124), "{out:?}");
     assert!(oracle.wait_eof(PATIENCE), "an orphan of ARGV survived exec");

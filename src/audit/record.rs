@@ -308,12 +308,12 @@ pub struct StopTriggered {
     pub job: Option<u64>,
     /// The processes behind the trigger (abandoned or unprovable ones).
     pub processes: Vec<Proc>,
-    /// The first trigger only: the CPU priority the watchdog took for the
-    /// stop (`watchdog::priority`); `null` on later triggers.
+    /// The first trigger only: the CPU priority the stop ran at
+    /// (`watchdog::priority`); `null` on later triggers.
     pub priority: Option<StopPriority>,
 }
 
-/// The scheduling a stopping watchdog runs with.
+/// The scheduling the watchdog runs with (taken at start-up).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum StopPriority {
@@ -321,7 +321,7 @@ pub enum StopPriority {
     Fifo,
     /// A lower nice value than it had.
     Nice,
-    /// Not allowed to raise it (or already real-time).
+    /// Not allowed to raise it (or started real-time).
     Unchanged,
 }
 

@@ -27,7 +27,7 @@ use super::cleanup::{Step, StopHost, Stopper};
 use super::config::Config;
 use super::job::{Job, Output, ReplyTo};
 use super::passthrough::Passthrough;
-use super::priority::{Base, Boost};
+use super::priority::Base;
 use super::reply::Replies;
 use super::spawn::{spawn, Launch};
 use super::start::Started;
@@ -140,8 +140,6 @@ pub struct Action {
     replies: Replies,
     phase: Phase,
     stopper: Option<Stopper>,
-    /// The CPU priority raised for the stop, restored when it is done.
-    boost: Option<Boost>,
     stop_wake: Instant,
     stop_result: Option<StopCompleted>,
     first_stop: Option<StopReason>,
@@ -214,7 +212,6 @@ impl Action {
             replies: Replies::default(),
             phase: Phase::Running,
             stopper: None,
-            boost: None,
             stop_wake: now,
             stop_result: None,
             first_stop: None,
@@ -1200,9 +1197,6 @@ impl Action {
         processes: Vec<Proc>,
     ) {
         let first = self.phase == Phase::Running;
-        if first {
-            self.boost = Some(Boost::take(&self.priority));
-        }
         // Not synced here: the first sweep's sync makes it durable before
         // any signal goes out (one fdatasync on the way to the first TERM).
         self.append(Event::StopTriggered(StopTriggered {
@@ -1211,9 +1205,7 @@ impl Action {
             detail: bounded(&detail),
             job,
             processes,
-            priority: first
-                .then(|| self.boost.as_ref().map(Boost::taken))
-                .flatten(),
+            priority: first.then(|| self.priority.taken()),
         }));
         if first {
             let now = Instant::now();
@@ -1249,9 +1241,6 @@ impl Action {
         match step {
             Step::Wait(t) => self.stop_wake = t,
             Step::Done(c) => {
-                if let Some(b) = self.boost.take() {
-                    b.restore();
-                }
                 self.record(Event::StopCompleted(c.clone()));
                 self.stop_result = Some(c);
                 self.phase = Phase::Stopped;

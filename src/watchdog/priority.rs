@@ -1,103 +1,85 @@
 //! The watchdog's CPU priority.
 //!
 //! A watchdog competes for the CPU with the very processes it watches.
-//! Against a fork storm of 2000 runnable processes an ordinary (nice 0)
-//! watchdog gets about 1/2000 of a CPU: the SIGTERM or pidfd that should
-//! start a stop then waits seconds in the run queue before the watchdog
-//! even reads it, and every sweep after it waits again. So:
+//! Against a fork storm of 2000 processes an ordinary watchdog, even at
+//! nice -20, waited seconds in the run queue before it could read the
+//! SIGTERM or pidfd event that should start a stop, and again before every
+//! sweep (BENCHMARKS.md, section 3 and its notes). So, like the Linux
+//! `watchdog` daemon (`realtime = yes`, `priority = 1`), rea-watchdog runs
+//! at `SCHED_FIFO` priority 1 from start-up: a wake-up preempts any
+//! ordinary process at once. It sleeps in `poll` almost all the time and
+//! does bounded work per wake-up, and the kernel's RT throttling bounds it
+//! anyway.
 //!
-//! - from start-up the watchdog runs at the lowest nice value it may take
-//!   (-20 with `CAP_SYS_NICE`, else what `RLIMIT_NICE` allows), so that it
-//!   wakes promptly however many processes compete; it sleeps in `poll`
-//!   almost all the time, so this costs nobody anything;
-//! - every job gets the watchdog's original nice value back before exec
-//!   ([`Base::restore_in_child`]): the raise is never handed on;
-//! - for the stop, and only for it, the watchdog asks for `SCHED_FIFO`
-//!   priority 1 (with `SCHED_RESET_ON_FORK`), so that no process it is
-//!   stopping can preempt it between two signals. It runs only for its
-//!   sweeps and sleeps between them, and the kernel's RT throttling bounds
-//!   it anyway. The policy it had is restored when the stop is done.
+//! The policy is taken with `SCHED_RESET_ON_FORK`, and every job gets the
+//! watchdog's original nice value back before exec
+//! ([`Base::restore_in_child`]): the raise is never handed on.
 //!
-//! Invariant: priority is an optimisation, never a condition of the proof.
-//! Where raising is not allowed the watchdog runs as it was started, and
-//! the `stop_triggered` record says which priority the stop ran at.
+//! Where `SCHED_FIFO` is refused (no `CAP_SYS_NICE` or `RLIMIT_RTPRIO`)
+//! the watchdog takes the lowest nice value it may (-20 with
+//! `CAP_SYS_NICE`, else what `RLIMIT_NICE` allows), and otherwise runs as
+//! it was started. Priority is an optimisation, never a
+//! condition of the proof; every `stop_triggered` record says which
+//! priority the stop ran at.
 
 use crate::audit::record::StopPriority;
 
-/// The nice value the watchdog was started with, and whether it raised it.
+/// What the watchdog was started with, and what it took.
 #[derive(Clone, Copy, Debug)]
 pub struct Base {
     nice: libc::c_int,
-    raised: bool,
+    taken: StopPriority,
 }
 
 impl Base {
-    /// Takes the lowest nice value allowed. Call once, at start-up.
+    /// Raises the calling (single) thread's priority as far as allowed.
+    /// Call once, at start-up, before anything is spawned.
     pub fn raise() -> Base {
         let nice = current_nice();
-        let raised = [-20, lowest_allowed_nice()]
-            .into_iter()
-            .any(|n| n < nice && set_nice(n));
-        Base { nice, raised }
-    }
-
-    /// In a job, between fork and exec: back to the original nice value
-    /// (raising a nice value is always allowed). Async-signal-safe.
-    pub fn restore_in_child(&self) {
-        if self.raised {
-            set_nice(self.nice);
-        }
-    }
-}
-
-/// `SCHED_FIFO` for the duration of a stop.
-pub struct Boost {
-    taken: StopPriority,
-    policy: libc::c_int,
-    param: libc::sched_param,
-}
-
-impl Boost {
-    pub fn take(base: &Base) -> Boost {
-        // SAFETY: plain syscalls on the calling (single) thread with valid
-        // pointers.
+        // SAFETY: plain syscall on the calling thread.
         let policy = unsafe { libc::sched_getscheduler(0) };
-        let mut param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: as above; `param` is a valid out-pointer.
-        unsafe { libc::sched_getparam(0, &mut param) };
-        let fifo = libc::sched_param { sched_priority: 1 };
         let taken = if policy == libc::SCHED_FIFO || policy == libc::SCHED_RR {
             StopPriority::Unchanged // started real-time: leave it as it was set
-        } else if unsafe {
-            // SAFETY: valid pointer; affects only the calling thread.
-            libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &fifo)
-        } == 0
-        {
+        } else if take_fifo() {
             StopPriority::Fifo
-        } else if base.raised {
+        } else if [-20, lowest_allowed_nice()]
+            .into_iter()
+            .any(|n| n < nice && set_nice(n))
+        {
+            // -20 with CAP_SYS_NICE (where only RT is refused), else what
+            // RLIMIT_NICE allows.
             StopPriority::Nice
         } else {
             StopPriority::Unchanged
         };
-        Boost {
-            taken,
-            policy,
-            param,
-        }
+        Base { nice, taken }
     }
 
     pub fn taken(&self) -> StopPriority {
         self.taken
     }
 
-    /// Returns to the policy the watchdog had before the stop (lowering a
-    /// priority is always allowed; the nice value was kept meanwhile).
-    pub fn restore(self) {
-        if self.taken == StopPriority::Fifo {
-            // SAFETY: valid pointer to the saved parameters.
-            unsafe { libc::sched_setscheduler(0, self.policy, &self.param) };
+    /// In a job, between fork and exec: back to the original nice value.
+    /// After `SCHED_FIFO` with reset-on-fork the child starts at
+    /// `SCHED_OTHER` nice 0; after a nice raise it starts at the raised
+    /// value. Async-signal-safe.
+    pub fn restore_in_child(&self) {
+        match self.taken {
+            StopPriority::Fifo if self.nice != 0 => {
+                set_nice(self.nice);
+            }
+            StopPriority::Nice => {
+                set_nice(self.nice); // raising a nice value is always allowed
+            }
+            _ => {}
         }
     }
+}
+
+fn take_fifo() -> bool {
+    let fifo = libc::sched_param { sched_priority: 1 };
+    // SAFETY: valid pointer; affects only the calling thread.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &fifo) == 0 }
 }
 
 fn current_nice() -> libc::c_int {
