@@ -152,6 +152,8 @@ exit status is the job's. With --capture its output comes back and is
 printed here. If this process dies first, the whole action stops
 (caller_lost).")]
     Submit {
+        /// The watchdog's state directory (its ready line names it; set
+        /// inside every job).
         #[arg(long, value_name = "DIR", env = "REA_STATE_DIR")]
         state_dir: PathBuf,
         /// A label for the audit log (install, rehearsal, ...).
@@ -169,35 +171,39 @@ printed here. If this process dies first, the whole action stops
         /// Return the job's output (up to the cap) and print it here.
         #[arg(long)]
         capture: bool,
+        /// The program (looked up in PATH here) and its arguments.
         #[arg(required = true, last = true, value_name = "ARGV")]
         argv: Vec<String>,
     },
     /// Stop the action now (stop_requested) and wait until it is stopped.
-    Stop {
-        #[arg(long, value_name = "DIR", env = "REA_STATE_DIR")]
-        state_dir: PathBuf,
-        #[arg(
-            long,
-            value_name = "DUR",
-            allow_negative_numbers = true,
-            value_parser = parse_duration,
-            default_value = "8s"
-        )]
-        wait: Duration,
-    },
+    #[command(after_help = "\
+Prints {\"stopped\":true,\"reason\":...,\"quiescent\":...}. Only the root
+controller or a descendant may ask; from elsewhere, send the watchdog
+SIGTERM (a clean stop with a receipt).")]
+    Stop(Ask),
     /// Close the action: prove quiescence, write the receipt, print the head.
-    Close {
-        #[arg(long, value_name = "DIR", env = "REA_STATE_DIR")]
-        state_dir: PathBuf,
-        #[arg(
-            long,
-            value_name = "DUR",
-            allow_negative_numbers = true,
-            value_parser = parse_duration,
-            default_value = "8s"
-        )]
-        wait: Duration,
-    },
+    #[command(after_help = "\
+Prints {\"outcome\",\"stop_reason\",\"positive\",\"head\",\"audit_log\"}: pin
+the head and give it to `rea-audit verify LOG --expect-head HEAD`. Closing
+while jobs run stops them first (close_while_running).")]
+    Close(Ask),
+}
+
+/// `stop` and `close`: which watchdog, and how long to wait for its answer.
+#[derive(Args)]
+struct Ask {
+    /// The watchdog's state directory (its ready line names it).
+    #[arg(long, value_name = "DIR", env = "REA_STATE_DIR")]
+    state_dir: PathBuf,
+    /// How long to wait for the answer: 60, 0.5, 500ms, 2m.
+    #[arg(
+        long,
+        value_name = "DUR",
+        allow_negative_numbers = true,
+        value_parser = parse_duration,
+        default_value = "8s"
+    )]
+    wait: Duration,
 }
 
 fn config(mode: Mode, run_id: Option<String>, b: Bounds) -> Result<Config, String> {
@@ -317,7 +323,7 @@ fn dispatch(cmd: Cmd) -> i32 {
                 Err(e) => die(e),
             }
         }
-        Cmd::Stop { state_dir, wait } => answer(
+        Cmd::Stop(Ask { state_dir, wait }) => answer(
             "stop",
             &state_dir,
             |s| s.stop(wait),
@@ -331,7 +337,7 @@ fn dispatch(cmd: Cmd) -> i32 {
                 _ => None,
             },
         ),
-        Cmd::Close { state_dir, wait } => answer(
+        Cmd::Close(Ask { state_dir, wait }) => answer(
             "close",
             &state_dir,
             |s| s.close(wait),
