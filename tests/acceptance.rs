@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use common::harness::*;
 use common::schema::{assert_reply_matches_schema, assert_request_matches_schema};
+use common::stop::wait_for;
 use nix::sys::signal::Signal;
 use rea::audit::record::Ident;
 use rea::process::pidfd::{bind_ident, VerifiedPidFd};
@@ -56,20 +57,10 @@ struct Reports {
 
 impl Reports {
     fn new(scratch: &Scratch, name: &str) -> Reports {
-        let path = scratch.path(name);
-        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600))
-            .expect("mkfifo");
-        let fd = nix::fcntl::open(
-            &path,
-            nix::fcntl::OFlag::O_RDONLY
-                | nix::fcntl::OFlag::O_NONBLOCK
-                | nix::fcntl::OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::empty(),
-        )
-        .expect("open oracle");
+        let (path, file) = fifo_reader(scratch, name);
         Reports {
             path,
-            file: File::from(fd),
+            file,
             buf: Vec::new(),
             lines: Vec::new(),
         }
@@ -487,17 +478,16 @@ fn rehearse_watchdog_loss_no_receipt_retained() {
 
 /// The job's pid once the log shows it spawned (bounded).
 fn spawned_pid(w: &Watchdog, name: &str) -> i32 {
-    let until = Instant::now() + PATIENCE;
-    loop {
-        if let Some(d) = data_of(&w.records(), "job_spawned")
-            .into_iter()
-            .find(|d| d["name"] == name)
-        {
-            return d["pid"].as_i64().unwrap() as i32;
-        }
-        assert!(Instant::now() < until, "job {name} never spawned");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(
+        PATIENCE,
+        &format!("job {name}'s job_spawned record"),
+        || {
+            data_of(&w.records(), "job_spawned")
+                .into_iter()
+                .find(|d| d["name"] == name)
+                .map(|d| d["pid"].as_i64().unwrap() as i32)
+        },
+    )
 }
 
 fn hopper_tree(oracle: &Oracle, extra: &[&'static str]) -> Vec<String> {
@@ -682,7 +672,7 @@ fn hopper_sibling_survives_forced_cleanup() {
     let submit = w.submit_bg(&["--name", "rehearsal", "--deadline", "260s"], &strs(&tree));
     let (members, _) = oracle.wait_ready(PATIENCE);
     assert_same_argv(&members, &sibling);
-    let held = Members::bind(&members);
+    let held = Held::bind_all(&members);
     let stop = w.stop();
     assert!(stop.status.success(), "{stop:?}");
     assert!(oracle.wait_eof(PATIENCE), "a tree member survived");
@@ -1429,7 +1419,7 @@ fn bwrap_job_stopped_cleanly_on_timeout() {
     let argv = bwrapped_tree(&prefix, &oracle);
     let submit = w.submit_bg(&["--name", "rehearsal", "--deadline", "4s"], &strs(&argv));
     let (members, _) = oracle.wait_ready(PATIENCE);
-    let held = Members::bind(&members);
+    let held = Held::bind_all(&members);
     assert_same_argv(&members, &sibling);
     assert_eq!(output_within(submit, PATIENCE).status.code(), Some(124));
     assert!(oracle.wait_eof(PATIENCE), "a process inside bwrap survived");
@@ -1460,7 +1450,7 @@ fn bwrap_job_stopped_cleanly_on_controller_sigkill() {
     let argv = bwrapped_tree(&prefix, &oracle);
     let mut ctl = Controller::start(&scratch, &argv, 200);
     let (members, _) = oracle.wait_ready(PATIENCE);
-    let held = Members::bind(&members);
+    let held = Held::bind_all(&members);
     ctl.kill();
     assert!(oracle.wait_eof(PATIENCE), "a process inside bwrap survived");
     assert!(held.wait_all_exited(PATIENCE).is_empty());

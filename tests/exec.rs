@@ -13,7 +13,6 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use common::harness::*;
-use common::stop::Held;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
@@ -214,7 +213,7 @@ fn exec_exit_130_on_sigint_is_a_clean_stop() {
     ];
     let child = e.spawn(&[], &argv);
     let (members, _) = oracle.wait_ready(PATIENCE);
-    let held = Members::bind(&members);
+    let held = Held::bind_all(&members);
     // exec stays in its caller's process group and session, so a terminal's
     // Ctrl-C reaches it; its job runs in a session of its own.
     let me = std::process::id() as i32;

@@ -607,7 +607,7 @@ fn the_watchdog_outlives_its_controllers_sigkill() {
     .expect("bind the watchdog");
     let (members, r) = oracle.wait_ready(PATIENCE);
     assert_eq!(members.len() as u64, r["count"].as_u64().unwrap());
-    let held = Members::bind(&members);
+    let held = Held::bind_all(&members);
     let hopper = members.iter().find(|m| m.role == "hopper").unwrap();
     assert_eq!(
         std::fs::read(format!("/proc/{}/cmdline", hopper.pid)).unwrap(),

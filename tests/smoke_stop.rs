@@ -32,7 +32,7 @@ fn stop_requested_stops_a_whole_nasty_tree() {
     let submit = w.submit_bg(&["--name", "install", "--deadline", "200s"], &tree);
     let (members, ready) = oracle.wait_ready(PATIENCE);
     assert_eq!(members.len() as u64, ready["count"].as_u64().unwrap());
-    let held = Members::bind(&members);
+    let held = Held::bind_all(&members);
     let hopper = members.iter().find(|m| m.role == "hopper").unwrap();
     assert_eq!(
         std::fs::read(format!("/proc/{}/cmdline", hopper.pid)).unwrap(),

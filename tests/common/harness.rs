@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use rea::audit::record::Ident;
-use rea::process::pidfd::{bind_child, bind_ident, send_signal, VerifiedPidFd};
+use rea::process::pidfd::{bind_child, bind_ident, send_signal, BindError, VerifiedPidFd};
 use serde_json::Value;
 
 /// Bound for anything a test waits for: generous, for a loaded 2-core box.
@@ -447,24 +447,28 @@ pub struct Oracle {
     buf: Vec<u8>,
 }
 
+/// Creates the FIFO `name` (0600) in `scratch` and opens its read end,
+/// non-blocking, so that a writer started afterwards can open it.
+pub fn fifo_reader(scratch: &Scratch, name: &str) -> (PathBuf, File) {
+    let path = scratch.path(name);
+    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    let fd = nix::fcntl::open(
+        &path,
+        nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .expect("open the FIFO's read end");
+    (path, File::from(fd))
+}
+
 impl Oracle {
     /// Creates the FIFO and opens its read end (before the fixture starts,
     /// so the fixture's blocking open for writing succeeds).
     pub fn new(scratch: &Scratch, name: &str) -> Oracle {
-        let path = scratch.path(name);
-        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600))
-            .expect("mkfifo");
-        let fd = nix::fcntl::open(
-            &path,
-            nix::fcntl::OFlag::O_RDONLY
-                | nix::fcntl::OFlag::O_NONBLOCK
-                | nix::fcntl::OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::empty(),
-        )
-        .expect("open oracle");
+        let (path, file) = fifo_reader(scratch, name);
         Oracle {
             path,
-            file: File::from(fd),
+            file,
             buf: Vec::new(),
         }
     }
@@ -527,30 +531,71 @@ impl Oracle {
     }
 }
 
-/// Pidfds the test holds for a tree's members (bound by pid, start time, uid).
-pub struct Members {
+/// The uid `tree.py --shape setuid` switches to.
+pub const NOBODY: u32 = 65534;
+
+/// Pidfds the test holds; every process still alive when this is dropped is
+/// SIGKILLed through its pidfd, so a failing test leaves nothing behind.
+#[derive(Default)]
+pub struct Held {
     pub fds: Vec<(Member, VerifiedPidFd)>,
 }
 
-impl Members {
-    pub fn bind(members: &[Member]) -> Members {
-        let uid = uid();
-        let fds = members
-            .iter()
-            .map(|m| {
-                let fd = bind_ident(Ident {
-                    pid: m.pid,
-                    start_time: m.start_time,
-                    uid,
-                })
-                .unwrap_or_else(|e| panic!("cannot bind member {m:?}: {e:?}"));
-                (m.clone(), fd)
-            })
-            .collect();
-        Members { fds }
+impl Held {
+    /// Binds every member (the `setuid` one with its new uid). Members that
+    /// are already gone are skipped; anything else that cannot be bound
+    /// fails the test.
+    pub fn bind_live(members: &[Member]) -> Held {
+        let mut h = Held::default();
+        for m in members {
+            let uid = if m.role == "setuid" { NOBODY } else { uid() };
+            let ident = Ident {
+                pid: m.pid,
+                start_time: m.start_time,
+                uid,
+            };
+            match bind_ident(ident) {
+                Ok(fd) => h.fds.push((m.clone(), fd)),
+                Err(BindError::Gone) => {}
+                Err(e) => panic!("cannot bind member {m:?}: {e:?}"),
+            }
+        }
+        h
     }
 
-    /// Members still alive (their pidfd not readable).
+    /// Binds every member; all must still be alive.
+    pub fn bind_all(members: &[Member]) -> Held {
+        let h = Held::bind_live(members);
+        assert_eq!(
+            h.fds.len(),
+            members.len(),
+            "a tree member died before the test could bind it"
+        );
+        h
+    }
+
+    /// Adds a process named by an identity (a job leader from the log).
+    pub fn add(&mut self, role: &str, ident: Ident) -> &VerifiedPidFd {
+        let fd =
+            bind_ident(ident).unwrap_or_else(|e| panic!("cannot bind {role} {ident:?}: {e:?}"));
+        let m = Member {
+            pid: ident.pid,
+            start_time: ident.start_time,
+            role: role.to_string(),
+        };
+        self.fds.push((m, fd));
+        &self.fds.last().unwrap().1
+    }
+
+    pub fn get(&self, role: &str) -> &VerifiedPidFd {
+        &self
+            .fds
+            .iter()
+            .find(|(m, _)| m.role == role)
+            .unwrap_or_else(|| panic!("no held member {role}"))
+            .1
+    }
+
     pub fn alive(&self) -> Vec<&Member> {
         self.fds
             .iter()
@@ -559,14 +604,32 @@ impl Members {
             .collect()
     }
 
-    /// Waits (bounded) until every member has exited; returns the survivors.
+    /// Waits (bounded) until every held process has exited; returns the
+    /// survivors.
     pub fn wait_all_exited(&self, limit: Duration) -> Vec<&Member> {
         let until = Instant::now() + limit;
         for (_, fd) in &self.fds {
-            let left = until.saturating_duration_since(Instant::now());
-            wait_readable(fd, left);
+            wait_readable(fd, until.saturating_duration_since(Instant::now()));
         }
         self.alive()
+    }
+
+    /// SIGKILLs every held process still alive (the test's own cleanup).
+    pub fn kill_alive(&self) -> usize {
+        let mut n = 0;
+        for (_, fd) in &self.fds {
+            if !fd.has_exited() {
+                let _ = send_signal(fd, Signal::SIGKILL);
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.kill_alive();
     }
 }
 

@@ -7,9 +7,7 @@ use std::path::Path;
 use std::process::{Child, ChildStdout, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
 use rea::audit::record::Ident;
-use rea::process::pidfd::{bind_ident, send_signal, BindError, VerifiedPidFd};
 use serde_json::Value;
 
 use super::harness::*;
@@ -28,9 +26,6 @@ pub const ALL_SHAPES: &[&str] = &[
     "zombies:5",
     "hopper",
 ];
-
-/// The uid `tree.py --shape setuid` switches to.
-pub const NOBODY: u32 = 65534;
 
 /// `python3 fixtures/tree.py --oracle FIFO --shape ...` with every shape
 /// plus `extra` shapes, then `then` (`wait` or `exit`).
@@ -52,105 +47,6 @@ pub fn tree_argv(oracle: &Oracle, extra: &[&str], then: &str) -> Vec<String> {
 
 pub fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
-}
-
-/// Pidfds the test holds; every process still alive when this is dropped is
-/// SIGKILLed through its pidfd, so a failing test leaves nothing behind.
-#[derive(Default)]
-pub struct Held {
-    pub fds: Vec<(Member, VerifiedPidFd)>,
-}
-
-impl Held {
-    /// Binds every member (the `setuid` one with its new uid). Members that
-    /// are already gone are skipped; anything else that cannot be bound
-    /// fails the test.
-    pub fn bind_live(members: &[Member]) -> Held {
-        let mut h = Held::default();
-        for m in members {
-            let uid = if m.role == "setuid" { NOBODY } else { uid() };
-            let ident = Ident {
-                pid: m.pid,
-                start_time: m.start_time,
-                uid,
-            };
-            match bind_ident(ident) {
-                Ok(fd) => h.fds.push((m.clone(), fd)),
-                Err(BindError::Gone) => {}
-                Err(e) => panic!("cannot bind member {m:?}: {e:?}"),
-            }
-        }
-        h
-    }
-
-    /// Binds every member; all must still be alive.
-    pub fn bind_all(members: &[Member]) -> Held {
-        let h = Held::bind_live(members);
-        assert_eq!(
-            h.fds.len(),
-            members.len(),
-            "a tree member died before the test could bind it"
-        );
-        h
-    }
-
-    /// Adds a process named by an identity (a job leader from the log).
-    pub fn add(&mut self, role: &str, ident: Ident) -> &VerifiedPidFd {
-        let fd =
-            bind_ident(ident).unwrap_or_else(|e| panic!("cannot bind {role} {ident:?}: {e:?}"));
-        let m = Member {
-            pid: ident.pid,
-            start_time: ident.start_time,
-            role: role.to_string(),
-        };
-        self.fds.push((m, fd));
-        &self.fds.last().unwrap().1
-    }
-
-    pub fn get(&self, role: &str) -> &VerifiedPidFd {
-        &self
-            .fds
-            .iter()
-            .find(|(m, _)| m.role == role)
-            .unwrap_or_else(|| panic!("no held member {role}"))
-            .1
-    }
-
-    pub fn alive(&self) -> Vec<&Member> {
-        self.fds
-            .iter()
-            .filter(|(_, fd)| !fd.has_exited())
-            .map(|(m, _)| m)
-            .collect()
-    }
-
-    /// Waits (bounded) until every held process has exited; returns the
-    /// survivors.
-    pub fn wait_all_exited(&self, limit: Duration) -> Vec<&Member> {
-        let until = Instant::now() + limit;
-        for (_, fd) in &self.fds {
-            wait_readable(fd, until.saturating_duration_since(Instant::now()));
-        }
-        self.alive()
-    }
-
-    /// SIGKILLs every held process still alive (the test's own cleanup).
-    pub fn kill_alive(&self) -> usize {
-        let mut n = 0;
-        for (_, fd) in &self.fds {
-            if !fd.has_exited() {
-                let _ = send_signal(fd, Signal::SIGKILL);
-                n += 1;
-            }
-        }
-        n
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.kill_alive();
-    }
 }
 
 /// A tree of every shape, submitted as job `install` and fully reported.
