@@ -22,8 +22,9 @@ use crate::audit::record::Ident;
 use crate::inventory::open_dir;
 use crate::process::identity::self_start_time;
 use crate::process::pidfd::{bind_ident, VerifiedPidFd};
-use crate::protocol::{Caller, Reply, Request, MAX_REQUEST, PROTOCOL_VERSION};
-use crate::watchdog::state_dir::{READY, REPLIES, REQUESTS};
+use crate::protocol::{
+    Caller, Reply, Request, MAX_REQUEST, PROTOCOL_VERSION, READY, REPLIES, REQUESTS,
+};
 
 /// The ready line (`ready.json` and the first line on `run`'s stdout).
 #[derive(Deserialize, serde::Serialize, Clone, Debug, PartialEq, Eq)]

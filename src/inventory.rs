@@ -17,8 +17,8 @@ use nix::sys::stat::{fstat, fstatat, FileStat, Mode};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use sha2::{Digest, Sha256};
 
-use crate::audit::chain::hex;
 use crate::audit::record::{DirIdentity, Inventory, TempEntry};
+use crate::vocab::hex;
 
 /// Deepest directory nesting walked; deeper trees are an error, not a hang.
 const MAX_DEPTH: usize = 256;

@@ -12,4 +12,5 @@ pub mod inventory;
 pub mod process;
 pub mod protocol;
 pub mod units;
+pub mod vocab;
 pub mod watchdog;

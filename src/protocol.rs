@@ -10,103 +10,22 @@ use serde::de::Error as _;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::audit::record::{Ident, Outcome, Status, StopReason};
+use crate::vocab::{bounded, is_reply_name, is_token, Ident, Outcome, Status, StopReason};
+/// The request vocabulary (defined in [`crate::vocab`]).
+pub use crate::vocab::{Capture, Op, RefusalReason};
 
 /// Request line cap, newline included (PIPE_BUF).
 pub const MAX_REQUEST: usize = 4096;
 /// Protocol version (`v`).
 pub const PROTOCOL_VERSION: u32 = 1;
+/// The state directory's layout, as a client finds it: the request FIFO,
+/// the directory of reply FIFOs, the private temp root and the ready file.
+pub const REQUESTS: &str = "requests";
+pub const REPLIES: &str = "replies";
+pub const TMP: &str = "tmp";
+pub const READY: &str = "ready.json";
 /// Most argv entries a request may carry.
 pub const MAX_ARGV: usize = 1024;
-
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Op {
-    Spawn,
-    Stop,
-    Close,
-}
-
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Capture {
-    /// Keep the bytes (up to the cap) and return them to the caller.
-    Capture,
-    /// Keep only byte counts and SHA-256 digests.
-    Discard,
-}
-
-/// Why a request was refused. Each is a stable code in replies and records.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum RefusalReason {
-    /// Not JSON, not an object, invalid UTF-8, a missing field or a wrong type.
-    Malformed,
-    /// Longer than 4096 bytes with its newline.
-    Oversize,
-    UnknownField,
-    DuplicateKey,
-    BadVersion,
-    BadOp,
-    BadId,
-    BadCaller,
-    BadArgv,
-    RelativeArgv0,
-    BadDeadline,
-    BadCapture,
-    BadName,
-    /// Reply FIFO outside `replies/`, a symlink, not a FIFO, wrong owner or
-    /// mode, or nobody reading it.
-    BadReply,
-    CallerNotAlive,
-    /// The caller's start time or uid is not what the request claims, or
-    /// not the watchdog's uid.
-    CallerMismatch,
-    /// The caller is neither the root controller nor a descendant of the
-    /// watchdog or of the root.
-    CallerNotOwned,
-    DuplicateId,
-    /// The action is stopping or stopped: nothing launches again.
-    Aborted,
-    /// The action is closing.
-    Closed,
-    /// The program does not exist (exec said ENOENT).
-    NotFound,
-    /// The program exists but cannot be executed.
-    NotExecutable,
-    /// fork/pipe/pidfd failed inside the watchdog.
-    SpawnFailed,
-}
-
-impl RefusalReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RefusalReason::Malformed => "malformed",
-            RefusalReason::Oversize => "oversize",
-            RefusalReason::UnknownField => "unknown_field",
-            RefusalReason::DuplicateKey => "duplicate_key",
-            RefusalReason::BadVersion => "bad_version",
-            RefusalReason::BadOp => "bad_op",
-            RefusalReason::BadId => "bad_id",
-            RefusalReason::BadCaller => "bad_caller",
-            RefusalReason::BadArgv => "bad_argv",
-            RefusalReason::RelativeArgv0 => "relative_argv0",
-            RefusalReason::BadDeadline => "bad_deadline",
-            RefusalReason::BadCapture => "bad_capture",
-            RefusalReason::BadName => "bad_name",
-            RefusalReason::BadReply => "bad_reply",
-            RefusalReason::CallerNotAlive => "caller_not_alive",
-            RefusalReason::CallerMismatch => "caller_mismatch",
-            RefusalReason::CallerNotOwned => "caller_not_owned",
-            RefusalReason::DuplicateId => "duplicate_id",
-            RefusalReason::Aborted => "aborted",
-            RefusalReason::Closed => "closed",
-            RefusalReason::NotFound => "not_found",
-            RefusalReason::NotExecutable => "not_executable",
-            RefusalReason::SpawnFailed => "spawn_failed",
-        }
-    }
-}
 
 /// Who sends a request, as the request claims; the watchdog checks it.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,18 +142,6 @@ struct Addressing {
     id: Option<String>,
     #[serde(default)]
     reply: Option<String>,
-}
-
-/// `[A-Za-z0-9_.-]{1,64}`: request ids, job names, run ids.
-pub fn is_token(s: &str) -> bool {
-    (1..=64).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-}
-
-/// A reply FIFO's name: a token that is not `.` or `..` (no slash possible).
-pub fn is_reply_name(s: &str) -> bool {
-    is_token(s) && s != "." && s != ".."
 }
 
 /// Classifies a serde_json error into the refusal it stands for.
@@ -424,19 +331,6 @@ fn parse_spawn(wire: &Wire) -> Result<SpawnSpec, Refusal> {
         capture,
         name,
     })
-}
-
-/// Cuts a diagnostic to a bounded length (records and replies stay small).
-pub fn bounded(s: &str) -> String {
-    const MAX: usize = 200;
-    if s.len() <= MAX {
-        return s.to_string();
-    }
-    let mut end = MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
 }
 
 /// One stream of a finished job, as the caller sees it.

@@ -4,6 +4,9 @@
 
 use sha2::{Digest, Sha256};
 
+/// Digest spelling (defined in [`crate::vocab`]).
+pub use crate::vocab::{hex, is_digest};
+
 /// Domain-separation prefix of the genesis hash.
 pub const GENESIS_PREFIX: &[u8] = b"rea-audit/v1 genesis\n";
 
@@ -18,22 +21,6 @@ pub fn genesis(run_id: &str) -> String {
 /// `prev` of the next record, and the head when `line` is the last one.
 pub fn line_hash(line: &[u8]) -> String {
     hex(&Sha256::digest(line))
-}
-
-/// Lowercase hex, the only spelling of a digest in a record.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    s
-}
-
-/// A 64-digit lowercase hex digest (what `prev`, heads and `--expect-head` hold).
-pub fn is_digest(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 #[cfg(test)]

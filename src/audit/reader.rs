@@ -93,13 +93,13 @@ pub fn parse_line(line: &[u8]) -> Result<Record<'_>, LineError> {
         None => {
             return Err(err(
                 Code::UnknownKind,
-                format!("unknown kind {:?}", crate::protocol::bounded(&wire.kind)),
+                format!("unknown kind {:?}", crate::vocab::bounded(&wire.kind)),
             ))
         }
         Some(Err(e)) => return Err(err(json_code(&e), format!("{} data: {e}", wire.kind))),
         Some(Ok(ev)) => ev,
     };
-    if !crate::protocol::is_token(&wire.run) {
+    if !crate::vocab::is_token(&wire.run) {
         return Err(err(
             Code::BadField,
             "run id must match [A-Za-z0-9_.-]{1,64}",

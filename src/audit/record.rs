@@ -7,158 +7,15 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{Capture, Op, RefusalReason};
+use crate::vocab::{Capture, Op, RefusalReason};
 
 /// Record format version (`v`).
 pub const RECORD_VERSION: u32 = 1;
 
-/// A process as the watchdog can prove it: pid, start time (clock ticks since
-/// boot, `/proc/PID/stat` field 22) and real uid. Keyed on all three, never
-/// on the pid alone.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[serde(deny_unknown_fields)]
-pub struct Ident {
-    pub pid: i32,
-    pub start_time: u64,
-    pub uid: u32,
-}
-
-/// A scanned descendant: identity, parent at the time it was verified, name.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct Proc {
-    pub pid: i32,
-    pub ppid: i32,
-    pub start_time: u64,
-    pub uid: u32,
-    pub comm: String,
-}
-
-impl Proc {
-    pub fn ident(&self) -> Ident {
-        Ident {
-            pid: self.pid,
-            start_time: self.start_time,
-            uid: self.uid,
-        }
-    }
-}
-
-/// How a process ended: `{"code":N}` or `{"signal":N}`.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum Status {
-    Code(i32),
-    Signal(i32),
-}
-
-impl Status {
-    /// Shell convention: the code, or 128+N for signal N.
-    pub fn shell_code(self) -> i32 {
-        match self {
-            Status::Code(c) => c,
-            Status::Signal(s) => 128 + s,
-        }
-    }
-}
-
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    Run,
-    Exec,
-}
-
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Stream {
-    Stdout,
-    Stderr,
-}
-
-/// Why an action stopped (SPEC 3.5); also the receipt's `stop_reason`.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum StopReason {
-    Deadline,
-    RootLost,
-    CallerLost,
-    Abandoned,
-    ExcessOutput,
-    MappingRefused,
-    Signal,
-    StopRequested,
-    CloseWhileRunning,
-    AuditFailure,
-}
-
-impl StopReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StopReason::Deadline => "deadline",
-            StopReason::RootLost => "root_lost",
-            StopReason::CallerLost => "caller_lost",
-            StopReason::Abandoned => "abandoned",
-            StopReason::ExcessOutput => "excess_output",
-            StopReason::MappingRefused => "mapping_refused",
-            StopReason::Signal => "signal",
-            StopReason::StopRequested => "stop_requested",
-            StopReason::CloseWhileRunning => "close_while_running",
-            StopReason::AuditFailure => "audit_failure",
-        }
-    }
-}
-
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    Closed,
-    Stopped,
-}
-
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Stage {
-    Term,
-    Kill,
-}
-
-/// The signals a sweep sends, spelled as people read them.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sig {
-    #[serde(rename = "SIGTERM")]
-    Term,
-    #[serde(rename = "SIGCONT")]
-    Cont,
-    #[serde(rename = "SIGKILL")]
-    Kill,
-}
-
-impl Sig {
-    pub fn number(self) -> i32 {
-        match self {
-            Sig::Term => libc::SIGTERM,
-            Sig::Cont => libc::SIGCONT,
-            Sig::Kill => libc::SIGKILL,
-        }
-    }
-}
-
-/// Why a live descendant could not be proven to be the process scanned.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Uncertainty {
-    /// `pidfd_open` failed while the process was alive (EMFILE, ENOMEM, ...).
-    PidfdFailed,
-    /// The pid now names a process with another start time (reuse).
-    StartTimeChanged,
-    /// Real, effective, saved or filesystem uid is not the watchdog's.
-    UidMismatch,
-    /// The parent changed to something other than the watchdog.
-    ParentChanged,
-    /// `/proc/PID` could not be read back after the pidfd was opened.
-    Unreadable,
-}
+/// The vocabulary records are written in (defined in [`crate::vocab`]).
+pub use crate::vocab::{
+    Ident, Mode, Outcome, Proc, Sig, Stage, Status, StopReason, Stream, Uncertainty,
+};
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -394,6 +251,23 @@ pub struct StopCompleted {
     pub left: u64,
 }
 
+/// The quiescence rule (SPEC 3.5 step 4, 3.6), for the writer and the
+/// replay alike: "no live or waitable descendant" holds only when `waitid`
+/// said ECHILD *and* a `/proc` scan that did not fail found no descendant.
+/// Either alone is not enough: ECHILD misses a process reparented away
+/// mid-exit, a scan misses one forked while it ran.
+pub fn no_live_or_waitable(echild: bool, scan_empty: bool) -> bool {
+    echild && scan_empty
+}
+
+impl StopCompleted {
+    /// The stop proved quiescence. A stop that ran out of its kill bound
+    /// failed for good, even if the stragglers died later.
+    pub fn proved(&self) -> bool {
+        no_live_or_waitable(self.echild, self.scan_empty) && self.left == 0
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct TempEntry {
@@ -433,7 +307,7 @@ pub struct ReplyFailed {
     pub detail: String,
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Counts {
     pub requests: u64,
@@ -441,6 +315,25 @@ pub struct Counts {
     pub jobs: u64,
     pub signals: u64,
     pub reaped: u64,
+}
+
+impl Counts {
+    /// The count rule, the one the watchdog writes by and the replay checks
+    /// by: every `request_received` is a request, every `request_refused` a
+    /// refusal, every `job_spawned` a job, every (target, signal) pair of a
+    /// `signal_sweep` part a signal sent, every `job_exited` and every
+    /// process of a `reaped` record one process reaped. Nothing else counts.
+    pub fn add(&mut self, ev: &Event) {
+        match ev {
+            Event::RequestReceived(_) => self.requests += 1,
+            Event::RequestRefused(_) => self.refused += 1,
+            Event::JobSpawned(_) => self.jobs += 1,
+            Event::SignalSweep(s) => self.signals += (s.targets.len() * s.signals.len()) as u64,
+            Event::JobExited(_) => self.reaped += 1,
+            Event::Reaped(r) => self.reaped += r.processes.len() as u64,
+            _ => {}
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

@@ -15,8 +15,8 @@
 use std::collections::{HashMap, HashSet};
 
 use super::record::{
-    Event, Ident, Outcome, Receipt, RunStarted, SignalSweep, StagingInventoried, StopCompleted,
-    StopReason,
+    Counts, Event, Ident, Outcome, Receipt, RunStarted, SignalSweep, StagingInventoried,
+    StopCompleted, StopReason,
 };
 use super::verdict::{Code, Reason};
 
@@ -31,10 +31,8 @@ pub struct Replay {
     root: Option<Ident>,
     seen: u64,
     second_is_root_bound: bool,
-    requests: u64,
-    refused: u64,
-    signals: u64,
-    reaped: u64,
+    /// Recounted from the records by the one count rule ([`Counts::add`]).
+    counts: Counts,
     uncertain: u64,
     spawned: HashMap<u64, (i32, u64)>,
     exited: HashSet<u64>,
@@ -59,14 +57,13 @@ impl Replay {
     /// Feeds the next record that parsed (the receipt is not fed).
     pub fn record(&mut self, ev: Event) {
         self.seen += 1;
+        self.counts.add(&ev);
         match ev {
             Event::RunStarted(s) if self.seen == 1 => self.start = Some(s),
             Event::RootBound(b) => {
                 self.second_is_root_bound |= self.seen == 2;
                 self.root.get_or_insert(b.root);
             }
-            Event::RequestReceived(_) => self.requests += 1,
-            Event::RequestRefused(_) => self.refused += 1,
             Event::JobSpawned(j) => {
                 if self.spawned.insert(j.job, (j.pid, j.start_time)).is_some() {
                     self.out
@@ -82,7 +79,6 @@ impl Replay {
                 }
             }
             Event::JobExited(j) => {
-                self.reaped += 1;
                 match self.spawned.get(&j.job) {
                     Some(&(pid, st)) if pid == j.pid && st == j.start_time => {}
                     _ => self.out.push(mismatch(format!(
@@ -95,7 +91,6 @@ impl Replay {
                         .push(mismatch(format!("job {} exited twice", j.job)));
                 }
             }
-            Event::Reaped(p) => self.reaped += p.processes.len() as u64,
             Event::MappingUncertain(_) => self.uncertain += 1,
             Event::StopTriggered(t) => {
                 self.audit_failure_seen |= t.reason == StopReason::AuditFailure;
@@ -134,7 +129,6 @@ impl Replay {
             })
             .collect();
         for s in &parts {
-            self.signals += (s.targets.len() * s.signals.len()) as u64;
             let Some(start) = &self.start else { continue };
             for t in &s.targets {
                 check_target(
@@ -165,11 +159,11 @@ impl Replay {
         }
         let c = &receipt.counts;
         let counts = [
-            ("requests", c.requests, self.requests),
-            ("refused", c.refused, self.refused),
-            ("jobs", c.jobs, self.spawned.len() as u64),
-            ("signals", c.signals, self.signals),
-            ("reaped", c.reaped, self.reaped),
+            ("requests", c.requests, self.counts.requests),
+            ("refused", c.refused, self.counts.refused),
+            ("jobs", c.jobs, self.counts.jobs),
+            ("signals", c.signals, self.counts.signals),
+            ("reaped", c.reaped, self.counts.reaped),
             (
                 "uncertain_mappings",
                 receipt.uncertain_mappings,
@@ -216,8 +210,7 @@ impl Replay {
             ));
         }
         if let Some(c) = &self.last_completed {
-            let proved = c.echild && c.scan_empty && c.left == 0;
-            if !proved && (receipt.quiescent || receipt.no_live_or_waitable_descendants) {
+            if !c.proved() && (receipt.quiescent || receipt.no_live_or_waitable_descendants) {
                 out.push(mismatch(format!(
                     "receipt claims quiescence; the stop ended with echild={} scan_empty={} left={}",
                     c.echild, c.scan_empty, c.left

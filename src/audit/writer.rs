@@ -78,7 +78,7 @@ pub struct Written {
 impl AuditWriter {
     /// Creates the log exclusively (mode 0600) and makes its directory entry durable.
     pub fn create(path: &Path, run: &str) -> io::Result<AuditWriter> {
-        if !crate::protocol::is_token(run) {
+        if !crate::vocab::is_token(run) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("run id {run:?} must match [A-Za-z0-9_.-]{{1,64}}"),

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use rea::audit::chain::is_digest;
 use rea::audit::verdict::Status;
 use rea::audit::verify::{verify_file, VerifyOptions};
-use rea::protocol::is_token;
+use rea::vocab::is_token;
 
 const EXIT_HELP: &str = "\
 Exit codes (verify):

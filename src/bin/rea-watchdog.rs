@@ -8,8 +8,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use rea::audit::record::Mode;
 use rea::client::{resolve_program, ClientError, Session};
-use rea::protocol::{is_token, RefusalReason, Reply};
+use rea::protocol::{RefusalReason, Reply};
 use rea::units::{parse_bytes, parse_duration, parse_positive_duration};
+use rea::vocab::is_token;
 use rea::watchdog::config::{new_run_id, Config};
 use rea::watchdog::modes::{
     self, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_OWN_FAILURE, EXIT_STOPPED,

@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::io::{self, Read};
 
-use crate::audit::record::Proc;
+use crate::vocab::Proc;
 
 /// The parts of `/proc/PID/stat` the watchdog decides on.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use nix::sys::signal::Signal;
 
 use super::identity::{is_gone, read_stat, read_uids, Stat};
-use crate::audit::record::{Ident, Proc, Uncertainty};
+use crate::vocab::{Ident, Proc, Uncertainty};
 
 /// A pidfd proven to refer to `proc`. Only this module constructs one.
 #[derive(Debug)]

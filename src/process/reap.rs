@@ -9,7 +9,7 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 
-use crate::audit::record::Status;
+use crate::vocab::Status;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Peek {

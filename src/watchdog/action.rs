@@ -46,9 +46,9 @@ use crate::process::pidfd::VerifiedPidFd;
 use crate::process::reap::{self, Peek};
 use crate::process::scan::descendants;
 use crate::protocol::{
-    bounded, parse_request, Capture, Op, ParsedRequest, RefusalReason, Reply, MAX_REQUEST,
-    PROTOCOL_VERSION,
+    parse_request, Capture, Op, ParsedRequest, RefusalReason, Reply, MAX_REQUEST, PROTOCOL_VERSION,
 };
+use crate::vocab::bounded;
 
 const T_SIGNALS: Token = Token(0);
 const T_ROOT: Token = Token(1);

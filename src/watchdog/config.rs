@@ -45,6 +45,6 @@ pub fn new_run_id() -> String {
         "{}-{}-{}",
         chrono::Utc::now().format("%Y%m%dT%H%M%SZ"),
         std::process::id(),
-        crate::audit::chain::hex(&rnd)
+        crate::vocab::hex(&rnd)
     )
 }

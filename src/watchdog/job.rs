@@ -5,11 +5,11 @@ use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
-use crate::audit::chain::hex;
 use crate::audit::record::{Status, StreamSummary};
 use crate::b64;
 use crate::process::pidfd::VerifiedPidFd;
 use crate::protocol::{Capture, StreamReply};
+use crate::vocab::hex;
 
 /// One of a job's two output streams. Every byte read is counted and
 /// hashed; with `capture`, bytes are kept while the job's combined total is

@@ -22,10 +22,7 @@ use nix::unistd::mkfifoat;
 use crate::audit::record::DirIdentity;
 use crate::inventory;
 
-pub const REQUESTS: &str = "requests";
-pub const REPLIES: &str = "replies";
-pub const TMP: &str = "tmp";
-pub const READY: &str = "ready.json";
+pub use crate::protocol::{READY, REPLIES, REQUESTS, TMP};
 
 pub struct StateDir {
     pub path: PathBuf,

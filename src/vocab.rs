@@ -1,0 +1,289 @@
+//! The shared vocabulary: who a process is, how it ended, why an action
+//! stopped, what a request asks and why it was refused, and the small text
+//! rules (tokens, bounded diagnostics, hex digests) every room spells alike.
+//!
+//! A leaf module: it imports nothing from the crate, and the audit log,
+//! the wire protocol and the process layer all import it, so none of them
+//! needs another (no import cycle). Each type's serde spelling is the one
+//! in the records, the requests and the replies; changing one changes the
+//! audit schema.
+
+use serde::{Deserialize, Serialize};
+
+/// A process as the watchdog can prove it: pid, start time (clock ticks since
+/// boot, `/proc/PID/stat` field 22) and real uid. Keyed on all three, never
+/// on the pid alone.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(deny_unknown_fields)]
+pub struct Ident {
+    pub pid: i32,
+    pub start_time: u64,
+    pub uid: u32,
+}
+
+/// A scanned descendant: identity, parent at the time it was verified, name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Proc {
+    pub pid: i32,
+    pub ppid: i32,
+    pub start_time: u64,
+    pub uid: u32,
+    pub comm: String,
+}
+
+impl Proc {
+    pub fn ident(&self) -> Ident {
+        Ident {
+            pid: self.pid,
+            start_time: self.start_time,
+            uid: self.uid,
+        }
+    }
+}
+
+/// How a process ended: `{"code":N}` or `{"signal":N}`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Status {
+    Code(i32),
+    Signal(i32),
+}
+
+impl Status {
+    /// Shell convention: the code, or 128+N for signal N.
+    pub fn shell_code(self) -> i32 {
+        match self {
+            Status::Code(c) => c,
+            Status::Signal(s) => 128 + s,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    Run,
+    Exec,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Why an action stopped (SPEC 3.5); also the receipt's `stop_reason`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    Deadline,
+    RootLost,
+    CallerLost,
+    Abandoned,
+    ExcessOutput,
+    MappingRefused,
+    Signal,
+    StopRequested,
+    CloseWhileRunning,
+    AuditFailure,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Deadline => "deadline",
+            StopReason::RootLost => "root_lost",
+            StopReason::CallerLost => "caller_lost",
+            StopReason::Abandoned => "abandoned",
+            StopReason::ExcessOutput => "excess_output",
+            StopReason::MappingRefused => "mapping_refused",
+            StopReason::Signal => "signal",
+            StopReason::StopRequested => "stop_requested",
+            StopReason::CloseWhileRunning => "close_while_running",
+            StopReason::AuditFailure => "audit_failure",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Closed,
+    Stopped,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    Term,
+    Kill,
+}
+
+/// The signals a sweep sends, spelled as people read them.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sig {
+    #[serde(rename = "SIGTERM")]
+    Term,
+    #[serde(rename = "SIGCONT")]
+    Cont,
+    #[serde(rename = "SIGKILL")]
+    Kill,
+}
+
+impl Sig {
+    pub fn number(self) -> i32 {
+        match self {
+            Sig::Term => libc::SIGTERM,
+            Sig::Cont => libc::SIGCONT,
+            Sig::Kill => libc::SIGKILL,
+        }
+    }
+}
+
+/// Why a live descendant could not be proven to be the process scanned.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Uncertainty {
+    /// `pidfd_open` failed while the process was alive (EMFILE, ENOMEM, ...).
+    PidfdFailed,
+    /// The pid now names a process with another start time (reuse).
+    StartTimeChanged,
+    /// Real, effective, saved or filesystem uid is not the watchdog's.
+    UidMismatch,
+    /// The parent changed to something other than the watchdog.
+    ParentChanged,
+    /// `/proc/PID` could not be read back after the pidfd was opened.
+    Unreadable,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    Spawn,
+    Stop,
+    Close,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Capture {
+    /// Keep the bytes (up to the cap) and return them to the caller.
+    Capture,
+    /// Keep only byte counts and SHA-256 digests.
+    Discard,
+}
+
+/// Why a request was refused. Each is a stable code in replies and records.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalReason {
+    /// Not JSON, not an object, invalid UTF-8, a missing field or a wrong type.
+    Malformed,
+    /// Longer than 4096 bytes with its newline.
+    Oversize,
+    UnknownField,
+    DuplicateKey,
+    BadVersion,
+    BadOp,
+    BadId,
+    BadCaller,
+    BadArgv,
+    RelativeArgv0,
+    BadDeadline,
+    BadCapture,
+    BadName,
+    /// Reply FIFO outside `replies/`, a symlink, not a FIFO, wrong owner or
+    /// mode, or nobody reading it.
+    BadReply,
+    CallerNotAlive,
+    /// The caller's start time or uid is not what the request claims, or
+    /// not the watchdog's uid.
+    CallerMismatch,
+    /// The caller is neither the root controller nor a descendant of the
+    /// watchdog or of the root.
+    CallerNotOwned,
+    DuplicateId,
+    /// The action is stopping or stopped: nothing launches again.
+    Aborted,
+    /// The action is closing.
+    Closed,
+    /// The program does not exist (exec said ENOENT).
+    NotFound,
+    /// The program exists but cannot be executed.
+    NotExecutable,
+    /// fork/pipe/pidfd failed inside the watchdog.
+    SpawnFailed,
+}
+
+impl RefusalReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::Malformed => "malformed",
+            RefusalReason::Oversize => "oversize",
+            RefusalReason::UnknownField => "unknown_field",
+            RefusalReason::DuplicateKey => "duplicate_key",
+            RefusalReason::BadVersion => "bad_version",
+            RefusalReason::BadOp => "bad_op",
+            RefusalReason::BadId => "bad_id",
+            RefusalReason::BadCaller => "bad_caller",
+            RefusalReason::BadArgv => "bad_argv",
+            RefusalReason::RelativeArgv0 => "relative_argv0",
+            RefusalReason::BadDeadline => "bad_deadline",
+            RefusalReason::BadCapture => "bad_capture",
+            RefusalReason::BadName => "bad_name",
+            RefusalReason::BadReply => "bad_reply",
+            RefusalReason::CallerNotAlive => "caller_not_alive",
+            RefusalReason::CallerMismatch => "caller_mismatch",
+            RefusalReason::CallerNotOwned => "caller_not_owned",
+            RefusalReason::DuplicateId => "duplicate_id",
+            RefusalReason::Aborted => "aborted",
+            RefusalReason::Closed => "closed",
+            RefusalReason::NotFound => "not_found",
+            RefusalReason::NotExecutable => "not_executable",
+            RefusalReason::SpawnFailed => "spawn_failed",
+        }
+    }
+}
+
+/// `[A-Za-z0-9_.-]{1,64}`: request ids, job names, run ids.
+pub fn is_token(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// A reply FIFO's name: a token that is not `.` or `..` (no slash possible).
+pub fn is_reply_name(s: &str) -> bool {
+    is_token(s) && s != "." && s != ".."
+}
+
+/// Cuts a diagnostic to a bounded length (records and replies stay small).
+pub fn bounded(s: &str) -> String {
+    const MAX: usize = 200;
+    if s.len() <= MAX {
+        return s.to_string();
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// Lowercase hex, the only spelling of a digest in a record.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    s
+}
+
+/// A 64-digit lowercase hex digest (what `prev`, heads and `--expect-head` hold).
+pub fn is_digest(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
