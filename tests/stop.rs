@@ -29,7 +29,7 @@ use rea::audit::record::{Event, Ident, SignalSweep, Stage, StopReason, Uncertain
 use rea::process::identity::{read_stat, Stat};
 use rea::process::pidfd::{bind, bind_child, bind_ident, send_signal, BindError, VerifiedPidFd};
 use rea::process::reap::Peek;
-use rea::watchdog::cleanup::{Step, StopHost, Stopper};
+use rea::watchdog::stop::{Step, StopHost, Stopper};
 use serde_json::{json, Value};
 
 fn launcher_argv(args: &[&str]) -> Vec<String> {
@@ -452,7 +452,7 @@ impl StopHost for FakeHost {
     fn reap(&mut self) -> Peek {
         Peek::NothingWaitable
     }
-    fn uncertain(&mut self, st: &Stat, reason: Uncertainty, detail: String) {
+    fn uncertain(&mut self, st: &Stat, reason: Uncertainty, detail: &str) {
         panic!("uncertain mapping for {st:?}: {reason:?} {detail}");
     }
 }

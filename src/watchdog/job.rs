@@ -5,6 +5,9 @@ use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
+use mio::Token;
+
+use super::effect::ReplyTo;
 use crate::audit::record::{Status, StreamSummary};
 use crate::b64;
 use crate::process::pidfd::VerifiedPidFd;
@@ -16,6 +19,8 @@ use crate::vocab::hex;
 /// within the cap.
 pub struct Output {
     pub pipe: Option<File>,
+    /// The pipe's token in the loop's sources while it is open.
+    pub token: Option<Token>,
     pub bytes: u64,
     hasher: Sha256,
     pub kept: Vec<u8>,
@@ -27,6 +32,7 @@ impl Output {
     pub fn new(pipe: File) -> Output {
         Output {
             pipe: Some(pipe),
+            token: None,
             bytes: 0,
             hasher: Sha256::new(),
             kept: Vec::new(),
@@ -42,22 +48,19 @@ impl Output {
     }
 }
 
-/// Where a job's final reply goes.
-pub struct ReplyTo {
-    pub chan: u64,
-    pub id: String,
-}
-
 pub struct Job {
     pub num: u64,
     pub id: String,
     pub leader: VerifiedPidFd,
+    /// The leader pidfd's token in the loop's sources.
+    pub leader_token: Option<Token>,
     /// The job's own session (= its leader's pid).
     pub sid: i32,
     pub started: Instant,
     pub deadline: Option<Instant>,
     /// A caller other than the root, bound while the job runs.
     pub caller: Option<VerifiedPidFd>,
+    pub caller_token: Option<Token>,
     pub reply: Option<ReplyTo>,
     pub capture: Capture,
     /// exec mode: output is forwarded to the watchdog's own stdout/stderr.

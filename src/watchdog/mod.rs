@@ -2,13 +2,22 @@
 
 pub mod action;
 pub mod caller;
-pub mod cleanup;
 pub mod config;
+pub mod effect;
+pub mod external;
+pub mod intake;
 pub mod job;
+pub mod jobs;
+pub mod ledger;
 pub mod modes;
+pub mod ownership;
 pub mod passthrough;
+pub mod phase;
 pub mod priority;
+pub mod receipt;
 pub mod reply;
+pub mod sources;
 pub mod spawn;
 pub mod start;
 pub mod state_dir;
+pub mod stop;

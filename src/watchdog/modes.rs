@@ -7,8 +7,9 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use super::action::{Action, ExecResult, Finished};
+use super::action::Action;
 use super::config::Config;
+use super::receipt::{ExecResult, Finished};
 use super::start::{prepare, RootChoice};
 use super::state_dir;
 use crate::audit::record::{Outcome, StopReason};

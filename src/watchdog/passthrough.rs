@@ -13,8 +13,9 @@ use std::io::{self, Write};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
-use mio::unix::SourceFd;
-use mio::{Interest, Registry, Token};
+use mio::{Interest, Token};
+
+use super::sources::{Source, Sources};
 
 /// Queued bytes per stream before the job's pipe stops being read.
 pub const HIGH_WATER: usize = 256 * 1024;
@@ -23,12 +24,12 @@ struct Sink {
     file: File,
     nonblocking: bool,
     queue: Vec<u8>,
-    registered: bool,
+    /// Registered for writability while bytes are queued.
+    token: Option<Token>,
 }
 
 pub struct Passthrough {
     sinks: [Sink; 2],
-    tokens: [Token; 2],
 }
 
 fn open_sink(fd: i32) -> io::Result<Sink> {
@@ -46,7 +47,7 @@ fn open_sink(fd: i32) -> io::Result<Sink> {
                 file: f,
                 nonblocking: true,
                 queue: Vec::new(),
-                registered: false,
+                token: None,
             });
         }
     }
@@ -57,15 +58,14 @@ fn open_sink(fd: i32) -> io::Result<Sink> {
         file,
         nonblocking: false,
         queue: Vec::new(),
-        registered: false,
+        token: None,
     })
 }
 
 impl Passthrough {
-    pub fn new(tokens: [Token; 2]) -> io::Result<Passthrough> {
+    pub fn new() -> io::Result<Passthrough> {
         Ok(Passthrough {
             sinks: [open_sink(1)?, open_sink(2)?],
-            tokens,
         })
     }
 
@@ -74,14 +74,14 @@ impl Passthrough {
     }
 
     /// Forwards `data` to stream `i` (1-based streams map to 0/1 here).
-    pub fn push(&mut self, reg: &Registry, i: usize, data: &[u8]) {
+    pub fn push(&mut self, src: &mut Sources, i: usize, data: &[u8]) {
         self.sinks[i].queue.extend_from_slice(data);
-        self.flush(reg, i);
+        self.flush(src, i);
     }
 
     /// Writes what the sink takes now. Write errors (a closed terminal, a
     /// reader gone) drop the bytes: the job's output is still counted.
-    pub fn flush(&mut self, reg: &Registry, i: usize) {
+    pub fn flush(&mut self, src: &mut Sources, i: usize) {
         let s = &mut self.sinks[i];
         while !s.queue.is_empty() {
             match s.file.write(&s.queue) {
@@ -96,27 +96,19 @@ impl Passthrough {
                 }
             }
         }
-        if s.nonblocking && !s.queue.is_empty() && !s.registered {
-            let fd = s.file.as_raw_fd();
-            if reg
-                .register(&mut SourceFd(&fd), self.tokens[i], Interest::WRITABLE)
-                .is_ok()
-            {
-                s.registered = true;
-            }
+        if s.nonblocking && !s.queue.is_empty() && s.token.is_none() {
+            s.token = src
+                .add(s.file.as_raw_fd(), Source::Pass(i), Interest::WRITABLE)
+                .ok();
         }
     }
 
-    pub fn stream_of(&self, token: Token) -> Option<usize> {
-        self.tokens.iter().position(|&t| t == token)
-    }
-
     /// At exit: write everything left, waiting for slow readers (bounded).
-    pub fn finish(&mut self, reg: &Registry, within: std::time::Duration) {
+    pub fn finish(&mut self, src: &mut Sources, within: std::time::Duration) {
         let until = std::time::Instant::now() + within;
         for i in 0..2 {
             while !self.sinks[i].queue.is_empty() && std::time::Instant::now() < until {
-                self.flush(reg, i);
+                self.flush(src, i);
                 if !self.sinks[i].queue.is_empty() {
                     let mut p = libc::pollfd {
                         fd: self.sinks[i].file.as_raw_fd(),
@@ -127,10 +119,8 @@ impl Passthrough {
                     unsafe { libc::poll(&mut p, 1, 50) };
                 }
             }
-            if self.sinks[i].registered {
-                let fd = self.sinks[i].file.as_raw_fd();
-                let _ = reg.deregister(&mut SourceFd(&fd));
-                self.sinks[i].registered = false;
+            if let Some(token) = self.sinks[i].token.take() {
+                src.remove(token, self.sinks[i].file.as_raw_fd());
             }
         }
     }

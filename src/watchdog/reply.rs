@@ -11,20 +11,18 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
-use mio::unix::SourceFd;
-use mio::{Interest, Registry, Token};
+use mio::{Interest, Token};
 use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, Mode};
 
+use super::sources::{Source, Sources};
 use crate::protocol::Reply;
-
-/// Tokens at and above this belong to reply channels.
-pub const REPLY_TOKEN_BASE: usize = 1 << 40;
 
 struct Chan {
     file: File,
     queue: Vec<u8>,
-    registered: bool,
+    /// Registered for writability while bytes are queued.
+    token: Option<Token>,
     /// Close once the queue is flushed.
     last: bool,
 }
@@ -83,19 +81,11 @@ impl Replies {
             Chan {
                 file: File::from(fd),
                 queue: Vec::new(),
-                registered: false,
+                token: None,
                 last: false,
             },
         );
         Ok(id)
-    }
-
-    pub fn token(chan: u64) -> Token {
-        Token(REPLY_TOKEN_BASE + chan as usize)
-    }
-
-    pub fn chan_of(token: Token) -> Option<u64> {
-        token.0.checked_sub(REPLY_TOKEN_BASE).map(|c| c as u64)
     }
 
     /// Queues a reply and writes what the FIFO takes now. `last` closes the
@@ -103,7 +93,7 @@ impl Replies {
     /// gone (EPIPE) or the FIFO broke; the channel is then dropped.
     pub fn send(
         &mut self,
-        reg: &Registry,
+        src: &mut Sources,
         chan: u64,
         reply: &Reply,
         last: bool,
@@ -113,11 +103,11 @@ impl Replies {
         };
         c.queue.extend_from_slice(&reply.to_line());
         c.last |= last;
-        self.flush(reg, chan)
+        self.flush(src, chan)
     }
 
     /// Writes queued bytes until the FIFO is full; called again when writable.
-    pub fn flush(&mut self, reg: &Registry, chan: u64) -> Result<(), ReplyError> {
+    pub fn flush(&mut self, src: &mut Sources, chan: u64) -> Result<(), ReplyError> {
         let Some(c) = self.chans.get_mut(&chan) else {
             return Ok(());
         };
@@ -138,34 +128,34 @@ impl Replies {
             }
         }
         if c.queue.is_empty() && c.last {
-            self.close(reg, chan);
-        } else if !c.queue.is_empty() && !c.registered {
+            self.close(src, chan);
+        } else if !c.queue.is_empty() && c.token.is_none() {
             let fd = c.file.as_fd().as_raw_fd();
-            reg.register(&mut SourceFd(&fd), Self::token(chan), Interest::WRITABLE)
+            let token = src
+                .add(fd, Source::Reply(chan), Interest::WRITABLE)
                 .map_err(|e| format!("cannot poll reply FIFO: {e}"))?;
-            c.registered = true;
+            c.token = Some(token);
         }
         result
     }
 
-    pub fn close(&mut self, reg: &Registry, chan: u64) {
+    pub fn close(&mut self, src: &mut Sources, chan: u64) {
         if let Some(c) = self.chans.remove(&chan) {
-            if c.registered {
-                let fd = c.file.as_fd().as_raw_fd();
-                let _ = reg.deregister(&mut SourceFd(&fd));
+            if let Some(token) = c.token {
+                src.remove(token, c.file.as_fd().as_raw_fd());
             }
         }
     }
 
     /// Blocks (bounded) until queued replies are written: used once, at exit.
-    pub fn drain_all(&mut self, reg: &Registry, within: std::time::Duration) {
+    pub fn drain_all(&mut self, src: &mut Sources, within: std::time::Duration) {
         let until = std::time::Instant::now() + within;
         let chans: Vec<u64> = self.chans.keys().copied().collect();
         for chan in chans {
             while self.chans.get(&chan).is_some_and(|c| !c.queue.is_empty())
                 && std::time::Instant::now() < until
             {
-                if self.flush(reg, chan).is_err() {
+                if self.flush(src, chan).is_err() {
                     break;
                 }
                 if let Some(c) = self.chans.get(&chan) {
@@ -180,7 +170,7 @@ impl Replies {
                     }
                 }
             }
-            self.close(reg, chan);
+            self.close(src, chan);
         }
     }
 }

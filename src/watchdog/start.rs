@@ -6,7 +6,9 @@
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
-use crate::audit::record::{Ident, RootSource};
+use super::config::Config;
+use super::state_dir::StateDir;
+use crate::audit::record::{DirIdentity, Event, Ident, RootBound, RootSource, RunStarted};
 use crate::process::identity::read_stat;
 use crate::process::pidfd::{bind_ident, BindError, VerifiedPidFd};
 
@@ -32,6 +34,34 @@ pub struct Started {
     pub priority: Base,
     /// False when setsid was impossible (already a process-group leader).
     pub own_session: bool,
+}
+
+impl Started {
+    /// The log's first two records: who the watchdog is, with its bounds
+    /// and staging identity, and which root it bound.
+    pub fn first_records(
+        &self,
+        cfg: &Config,
+        state: &StateDir,
+        staging: Option<DirIdentity>,
+    ) -> [Event; 2] {
+        [
+            Event::RunStarted(RunStarted {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                mode: cfg.mode,
+                watchdog: self.me,
+                state_dir: state.path.to_string_lossy().into_owned(),
+                bounds: cfg.bounds(),
+                staging,
+                pass_env: cfg.pass_env.clone(),
+            }),
+            Event::RootBound(RootBound {
+                root: self.root.ident(),
+                comm: self.root.proc().comm.clone(),
+                source: self.root_source.clone(),
+            }),
+        ]
+    }
 }
 
 /// Which process is the root controller.

@@ -1,4 +1,5 @@
-//! The stop procedure (SPEC 3.5), all of it, in one place.
+//! The stop procedure (SPEC 3.5), all of it, in one place: what a trigger
+//! is and records, and the stepped procedure it starts.
 //!
 //! ```text
 //! trigger ─► TERM stage (grace) ─► KILL stage (bound) ─► done
@@ -15,6 +16,10 @@
 //! durable before any of its signals is sent; only verified pidfds are
 //! signalled; "already signalled" is keyed by (pid, start time).
 //!
+//! A [`Trigger`] is a value: rooms return one (as an effect) and the loop,
+//! which alone moves the phase, records it with [`Trigger::record`] and,
+//! for the first, starts a [`Stopper`]. Later triggers only add a record.
+//!
 //! The loop calls [`Stopper::step`] at the instant the previous step asked
 //! for, and early when reaping finds no child left (the end may have come);
 //! in between it only reaps. Rescans are timed because a process forked
@@ -27,14 +32,15 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::audit::record::{
-    Event, Ident, Link, Sig, SignalFailed, SignalSweep, Stage, StopCompleted, StopReason,
-    Uncertainty,
+    Event, Ident, Link, Proc, Sig, SignalFailed, SignalSweep, Stage, StopCompleted, StopPriority,
+    StopReason, StopTriggered, Uncertainty,
 };
 use crate::clock::millis;
 use crate::process::identity::Stat;
 use crate::process::pidfd::{bind, send_signal, BindError, VerifiedPidFd};
 use crate::process::reap::Peek;
 use crate::process::scan::descendants;
+use crate::vocab::bounded;
 
 /// Rescan interval while waiting out the TERM grace.
 const TERM_RESCAN: Duration = Duration::from_millis(10);
@@ -62,6 +68,98 @@ struct Part {
     others: Vec<Link>,
 }
 
+/// A reason to stop the action (SPEC 3.5), with what the record says.
+#[derive(Clone, Debug)]
+pub struct Trigger {
+    pub reason: StopReason,
+    pub detail: String,
+    /// The job behind it (deadline, caller lost, excess output).
+    pub job: Option<u64>,
+    /// The processes behind it (abandoned or unprovable ones).
+    pub processes: Vec<Proc>,
+    /// The watchdog signal behind a `signal` trigger.
+    pub signal: Option<i32>,
+    /// The action finishes as soon as the stop completes, without waiting
+    /// for a close: nobody is left to ask (signal, root lost, audit failure).
+    pub finish: bool,
+}
+
+impl Trigger {
+    /// A trigger that waits for the controller's close after the stop.
+    pub fn new(reason: StopReason, detail: impl Into<String>) -> Trigger {
+        Trigger {
+            reason,
+            detail: detail.into(),
+            job: None,
+            processes: Vec::new(),
+            signal: None,
+            finish: false,
+        }
+    }
+
+    /// SIGTERM, SIGINT, SIGQUIT or SIGHUP to the watchdog: stop, then seal.
+    pub fn signal(sig: i32) -> Trigger {
+        let name = Signal::try_from(sig)
+            .map(|s| s.as_str())
+            .unwrap_or("signal");
+        Trigger {
+            signal: Some(sig),
+            ..Trigger::new(StopReason::Signal, format!("{name} received")).finishing()
+        }
+    }
+
+    /// The root controller's pidfd became readable: it exited.
+    pub fn root_lost(root: &Proc) -> Trigger {
+        let detail = format!("root controller pid {} ({}) exited", root.pid, root.comm);
+        Trigger::new(StopReason::RootLost, detail).finishing()
+    }
+
+    /// A record could not be made durable (or the loop cannot wait any
+    /// more): stop everything, then seal and exit non-zero.
+    pub fn audit_failure(detail: impl Into<String>) -> Trigger {
+        Trigger::new(StopReason::AuditFailure, detail).finishing()
+    }
+
+    /// A close came while `running` jobs still ran.
+    pub fn close_while_running(running: usize) -> Trigger {
+        let detail = format!("close requested while {running} job(s) ran");
+        Trigger::new(StopReason::CloseWhileRunning, detail)
+    }
+
+    pub fn job(self, job: u64) -> Trigger {
+        Trigger {
+            job: Some(job),
+            ..self
+        }
+    }
+
+    pub fn processes(self, processes: Vec<Proc>) -> Trigger {
+        Trigger { processes, ..self }
+    }
+
+    /// The action ends when the stop completes (see [`Trigger::finish`]).
+    pub fn finishing(self) -> Trigger {
+        Trigger {
+            finish: true,
+            ..self
+        }
+    }
+
+    /// The `stop_triggered` record. Appended, not synced: the first sweep's
+    /// sync makes it durable before any signal goes out (one fdatasync on
+    /// the way to the first TERM). `priority` is given for the first only.
+    pub fn record(&self, priority: Option<StopPriority>) -> Event {
+        Event::StopTriggered(StopTriggered {
+            reason: self.reason,
+            first: priority.is_some(),
+            detail: bounded(&self.detail),
+            job: self.job,
+            processes: self.processes.clone(),
+            priority,
+        })
+    }
+}
+
 /// What the stop procedure needs from the event loop.
 pub trait StopHost {
     /// The watchdog's own identity (root of the closure, uid to match).
@@ -74,7 +172,7 @@ pub trait StopHost {
     /// Reaps every waitable child and returns what `waitid` says after.
     fn reap(&mut self) -> Peek;
     /// Records a live descendant that could not be proven (once per process).
-    fn uncertain(&mut self, st: &Stat, reason: Uncertainty, detail: String);
+    fn uncertain(&mut self, st: &Stat, reason: Uncertainty, detail: &str);
 }
 
 pub enum Step {
@@ -198,7 +296,7 @@ impl Stopper {
                 Err(BindError::Uncertain { reason, detail }) => {
                     part.others.push(link);
                     self.uncertain.insert(key);
-                    host.uncertain(st, reason, detail);
+                    host.uncertain(st, reason, &detail);
                 }
             }
             // Signal in parts as the scan goes: in a fork storm, binding

@@ -1,0 +1,580 @@
+//! The jobs room: launching a job, pumping its output, finishing it.
+//!
+//! Owns every running job (leader pidfd, caller pidfd, pipes, deadline,
+//! output accounting) and the job environment. It records what it does in
+//! the ledger it is lent and returns everything else as effects: the
+//! `accepted`, `exited`, `stopped` and `refused` replies, and the
+//! `excess_output` and `caller_lost` triggers. It never reaps (ownership
+//! does, and hands it the exit status) and never moves the phase.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::{Duration, Instant};
+
+use mio::Interest;
+
+use super::config::Config;
+use super::effect::{Effects, ReplyTo};
+use super::job::{Job, Output};
+use super::ledger::Ledger;
+use super::passthrough::Passthrough;
+use super::priority::Base;
+use super::sources::{Source, Sources};
+use super::spawn::{spawn, Launch};
+use super::start::Started;
+use super::state_dir::StateDir;
+use super::stop::Trigger;
+use crate::audit::record::{Event, JobExited, JobFailed, JobSpawned, OutputCapped, Stream};
+use crate::clock::millis;
+use crate::process::pidfd::VerifiedPidFd;
+use crate::protocol::{Reply, SpawnSpec, PROTOCOL_VERSION};
+use crate::vocab::{bounded, Capture, Ident, Mode, RefusalReason, Status, StopReason};
+
+/// One job to launch, as admitted (or as exec's own job).
+pub struct LaunchRequest {
+    pub id: String,
+    pub argv: Vec<OsString>,
+    pub name: Option<String>,
+    /// The job's own deadline from now (capped by the action deadline).
+    pub deadline: Option<Duration>,
+    pub capture: Capture,
+    /// A caller other than the root, bound for as long as the job runs.
+    pub caller: Option<VerifiedPidFd>,
+    /// Who asked, for the record (`None` in exec mode: nobody did).
+    pub caller_ident: Option<Ident>,
+    pub reply: Option<ReplyTo>,
+}
+
+impl LaunchRequest {
+    /// exec mode: the one job, ARGV, with output passed through.
+    pub fn exec(argv: &[OsString], deadline: Option<Duration>) -> LaunchRequest {
+        LaunchRequest {
+            id: "exec".into(),
+            argv: argv.to_vec(),
+            name: None,
+            deadline,
+            capture: Capture::Discard,
+            caller: None,
+            caller_ident: None,
+            reply: None,
+        }
+    }
+
+    /// An admitted spawn request; `root` is the caller when none was bound.
+    pub fn admitted(
+        reply: ReplyTo,
+        spec: SpawnSpec,
+        caller: Option<VerifiedPidFd>,
+        root: Ident,
+    ) -> LaunchRequest {
+        LaunchRequest {
+            id: reply.id.clone(),
+            argv: spec.argv.iter().map(OsString::from).collect(),
+            name: spec.name,
+            deadline: Some(Duration::from_millis(spec.deadline_ms)),
+            capture: spec.capture,
+            caller_ident: Some(caller.as_ref().map_or(root, |c| c.ident())),
+            caller,
+            reply: Some(reply),
+        }
+    }
+}
+
+/// The outcome of a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Launched {
+    Running(u64),
+    /// Nothing runs; the refusal was recorded and answered.
+    Failed(RefusalReason),
+}
+
+/// One read of a job's pipe until it would block.
+struct Pumped {
+    eof: bool,
+    crossed_cap: bool,
+    paused: bool,
+}
+
+pub struct Jobs {
+    running: BTreeMap<u64, Job>,
+    next: u64,
+    env: Vec<(OsString, OsString)>,
+    watchdog_pid: i32,
+    nofile: libc::rlimit,
+    priority: Base,
+    output_cap: Option<u64>,
+    action_deadline: Option<Instant>,
+    /// exec mode: the watchdog's own stdout/stderr, where output goes.
+    pass: Option<Passthrough>,
+    /// How the last job to finish ended (exec's exit status).
+    last_exit: Option<Status>,
+}
+
+impl Jobs {
+    /// The jobs room of one action; in exec mode it opens the watchdog's
+    /// own stdout and stderr for passing output through.
+    pub fn new(
+        cfg: &Config,
+        state: &StateDir,
+        started: &Started,
+        action_deadline: Option<Instant>,
+    ) -> io::Result<Jobs> {
+        let pass = match cfg.mode {
+            Mode::Exec => Some(Passthrough::new()?),
+            Mode::Run => None,
+        };
+        Ok(Jobs {
+            running: BTreeMap::new(),
+            next: 1,
+            env: job_env(cfg, state),
+            watchdog_pid: started.me.pid,
+            nofile: started.nofile,
+            priority: started.priority,
+            output_cap: cfg.output_cap,
+            action_deadline,
+            pass,
+            last_exit: None,
+        })
+    }
+
+    /// Jobs whose leader has not been reaped yet.
+    pub fn running(&self) -> impl Iterator<Item = &Job> {
+        self.running.values().filter(|j| j.running())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.running.is_empty()
+    }
+
+    /// The running job led by `pid`, for ownership to reap through its pidfd.
+    pub fn by_leader_mut(&mut self, pid: i32) -> Option<&mut Job> {
+        self.running
+            .values_mut()
+            .find(|j| j.running() && j.leader.pid() == pid)
+    }
+
+    /// How the last job to finish ended.
+    pub fn last_exit(&self) -> Option<Status> {
+        self.last_exit
+    }
+
+    /// The nearest job or action deadline.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.running
+            .values()
+            .filter(|j| j.running())
+            .filter_map(|j| j.deadline)
+            .chain(self.action_deadline)
+            .min()
+    }
+
+    /// The trigger for a deadline that has passed at `now`, if any.
+    pub fn deadline_passed(&self, now: Instant, action: Option<Duration>) -> Option<Trigger> {
+        if self.action_deadline.is_some_and(|d| now >= d) {
+            let ms = action.map(millis).unwrap_or(0);
+            let detail = format!("action deadline of {ms}ms passed");
+            return Some(Trigger::new(StopReason::Deadline, detail));
+        }
+        let late = self
+            .running
+            .values()
+            .find(|j| j.running() && j.deadline.is_some_and(|d| now >= d))?;
+        let detail = format!(
+            "job {} ({}) passed its deadline after {}ms",
+            late.num,
+            late.id,
+            millis(now - late.started)
+        );
+        Some(Trigger::new(StopReason::Deadline, detail).job(late.num))
+    }
+
+    /// Forks and execs one job. Records `job_spawned` (appended: the act
+    /// was announced by the durable `request_received`, or `run_started`
+    /// in exec mode) or a durable `job_failed`, and answers the request.
+    pub fn launch(
+        &mut self,
+        req: LaunchRequest,
+        src: &mut Sources,
+        ledger: &mut Ledger,
+        fx: &mut Effects,
+    ) -> Launched {
+        let num = self.next;
+        self.next += 1;
+        let now = Instant::now();
+        let deadline = match (req.deadline.map(|d| now + d), self.action_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let mut env = self.env.clone();
+        env.push(("REA_JOB".into(), num.to_string().into()));
+        let argv_text: Vec<String> = req
+            .argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let launch = Launch {
+            argv: &req.argv,
+            env: &env,
+            watchdog_pid: self.watchdog_pid,
+            nofile: self.nofile,
+            priority: self.priority,
+        };
+        let sp = match spawn(&launch) {
+            Ok(sp) => sp,
+            Err(e) => {
+                ledger.record(Event::JobFailed(JobFailed {
+                    job: num,
+                    id: req.id.clone(),
+                    argv: argv_text,
+                    errno: e.errno,
+                    reason: e.reason,
+                    detail: bounded(&e.detail),
+                }));
+                if let Some(r) = &req.reply {
+                    let reply = Reply::Refused {
+                        v: PROTOCOL_VERSION,
+                        id: Some(r.id.clone()),
+                        reason: e.reason,
+                        detail: bounded(&e.detail),
+                    };
+                    fx.reply(r, reply, true);
+                }
+                return Launched::Failed(e.reason);
+            }
+        };
+        let leader = sp.leader.proc().clone();
+        ledger.append(Event::JobSpawned(JobSpawned {
+            job: num,
+            id: req.id.clone(),
+            name: req.name,
+            argv: argv_text,
+            pid: leader.pid,
+            start_time: leader.start_time,
+            uid: leader.uid,
+            ppid: sp.ppid,
+            sid: sp.sid,
+            caller: req.caller_ident,
+            deadline_ms: deadline.map(|d| millis(d.saturating_duration_since(now))),
+            capture: req.capture,
+        }));
+        if let Some(r) = &req.reply {
+            let accepted = Reply::Accepted {
+                v: PROTOCOL_VERSION,
+                id: r.id.clone(),
+                job: num,
+                pid: leader.pid,
+                start_time: leader.start_time,
+            };
+            fx.reply(r, accepted, false);
+        }
+        let mut job = Job {
+            num,
+            id: req.id,
+            leader: sp.leader,
+            leader_token: None,
+            sid: sp.sid,
+            started: now,
+            deadline,
+            caller: req.caller,
+            caller_token: None,
+            reply: req.reply,
+            capture: req.capture,
+            passthrough: self.pass.is_some(),
+            out: [Output::new(sp.stdout), Output::new(sp.stderr)],
+            cap: self.output_cap,
+            capped: false,
+            status: None,
+        };
+        if let Err(e) = watch(&mut job, src) {
+            // Without its descriptors in the poll the job cannot be watched.
+            let detail = format!("cannot poll job {num}: {e}");
+            fx.trigger(Trigger::new(StopReason::AuditFailure, detail).job(num));
+        }
+        self.running.insert(num, job);
+        Launched::Running(num)
+    }
+
+    /// An event on one of the jobs' descriptors: a pipe is readable, exec's
+    /// sink can take more, or a caller exited. Other sources are not ours.
+    pub fn on_source(
+        &mut self,
+        source: Source,
+        src: &mut Sources,
+        ledger: &mut Ledger,
+        fx: &mut Effects,
+    ) {
+        match source {
+            Source::Output(num, i) => self.on_output(num, i, src, ledger, fx),
+            Source::Pass(i) => self.on_pass_writable(i, src, ledger, fx),
+            Source::Caller(num) => self.on_caller_lost(num, src, fx),
+            _ => {}
+        }
+    }
+
+    /// Stream `i` of job `num` is readable.
+    fn on_output(
+        &mut self,
+        num: u64,
+        i: usize,
+        src: &mut Sources,
+        ledger: &mut Ledger,
+        fx: &mut Effects,
+    ) {
+        let Some(job) = self.running.get_mut(&num) else {
+            return;
+        };
+        let pass = self.pass.as_mut().filter(|_| job.passthrough);
+        let r = pump(job, i, pass, src, false);
+        job.out[i].paused = r.paused;
+        if r.eof {
+            close_pipe(&mut job.out[i], src);
+        }
+        if r.crossed_cap {
+            excess_output(num, i, self.output_cap, ledger, fx);
+        }
+    }
+
+    /// exec mode: the watchdog's stream `i` can take more; resume the
+    /// jobs whose reading was paused for it.
+    fn on_pass_writable(
+        &mut self,
+        i: usize,
+        src: &mut Sources,
+        ledger: &mut Ledger,
+        fx: &mut Effects,
+    ) {
+        let Some(pass) = self.pass.as_mut() else {
+            return;
+        };
+        pass.flush(src, i);
+        if pass.is_full(i) {
+            return;
+        }
+        let paused: Vec<u64> = self
+            .running
+            .values()
+            .filter(|j| j.out[i].paused)
+            .map(|j| j.num)
+            .collect();
+        for num in paused {
+            self.on_output(num, i, src, ledger, fx);
+        }
+    }
+
+    /// Job `num`'s caller pidfd is readable: a `caller_lost` trigger if the
+    /// caller exited while the job ran.
+    fn on_caller_lost(&mut self, num: u64, src: &mut Sources, fx: &mut Effects) {
+        let Some(job) = self.running.get_mut(&num) else {
+            return;
+        };
+        let Some(caller) = job.caller.take_if(|c| c.has_exited()) else {
+            return;
+        };
+        if let Some(t) = job.caller_token.take() {
+            src.remove(t, caller.as_fd().as_raw_fd());
+        }
+        if job.running() {
+            let detail = format!(
+                "caller pid {} of job {num} exited while the job ran",
+                caller.pid()
+            );
+            fx.trigger(Trigger::new(StopReason::CallerLost, detail).job(num));
+        }
+    }
+
+    /// The leader of job `num` was reaped with `status`: take what is left
+    /// in its pipes, record `job_exited`, and answer `exited`, or `stopped`
+    /// when `stopped_for` says the action is stopping.
+    pub fn finish(
+        &mut self,
+        num: u64,
+        status: Status,
+        stopped_for: Option<StopReason>,
+        src: &mut Sources,
+        ledger: &mut Ledger,
+        fx: &mut Effects,
+    ) {
+        let Some(mut job) = self.running.remove(&num) else {
+            return;
+        };
+        let mut crossed = None;
+        for i in 0..2 {
+            let pass = self.pass.as_mut().filter(|_| job.passthrough);
+            if pump(&mut job, i, pass, src, true).crossed_cap {
+                crossed = Some(i);
+            }
+            close_pipe(&mut job.out[i], src);
+        }
+        if let Some(t) = job.leader_token.take() {
+            src.remove(t, job.leader.as_fd().as_raw_fd());
+        }
+        if let (Some(c), Some(t)) = (job.caller.take(), job.caller_token.take()) {
+            src.remove(t, c.as_fd().as_raw_fd());
+        }
+        let duration_ms = millis(job.started.elapsed());
+        let leader = job.leader.proc().clone();
+        self.last_exit = Some(status);
+        ledger.append(Event::JobExited(JobExited {
+            job: num,
+            pid: leader.pid,
+            start_time: leader.start_time,
+            status,
+            duration_ms,
+            stdout: job.out[0].summary(),
+            stderr: job.out[1].summary(),
+            output_capped: job.capped,
+            stopped: stopped_for.is_some(),
+        }));
+        if let Some(r) = &job.reply {
+            let (id, output_capped) = (r.id.clone(), job.capped);
+            let (stdout, stderr) = (job.stream_reply(0), job.stream_reply(1));
+            let reply = match stopped_for {
+                Some(reason) => Reply::Stopped {
+                    v: PROTOCOL_VERSION,
+                    id,
+                    job: num,
+                    reason,
+                    status,
+                    duration_ms,
+                    output_capped,
+                    stdout,
+                    stderr,
+                },
+                None => Reply::Exited {
+                    v: PROTOCOL_VERSION,
+                    id,
+                    job: num,
+                    status,
+                    duration_ms,
+                    output_capped,
+                    stdout,
+                    stderr,
+                },
+            };
+            fx.reply(r, reply, true);
+        }
+        if let Some(i) = crossed {
+            excess_output(num, i, self.output_cap, ledger, fx);
+        }
+    }
+
+    /// At exit: write what exec's sinks still hold (bounded wait).
+    pub fn flush_passthrough(&mut self, src: &mut Sources, within: Duration) {
+        if let Some(p) = self.pass.as_mut() {
+            p.finish(src, within);
+        }
+    }
+}
+
+/// Registers a new job's leader, pipes and caller with the loop.
+fn watch(job: &mut Job, src: &mut Sources) -> io::Result<()> {
+    let num = job.num;
+    let fd = job.leader.as_fd().as_raw_fd();
+    job.leader_token = Some(src.add(fd, Source::Leader(num), Interest::READABLE)?);
+    for (i, out) in job.out.iter_mut().enumerate() {
+        if let Some(p) = &out.pipe {
+            out.token = Some(src.add(p.as_raw_fd(), Source::Output(num, i), Interest::READABLE)?);
+        }
+    }
+    if let Some(c) = &job.caller {
+        let fd = c.as_fd().as_raw_fd();
+        job.caller_token = Some(src.add(fd, Source::Caller(num), Interest::READABLE)?);
+    }
+    Ok(())
+}
+
+fn close_pipe(out: &mut Output, src: &mut Sources) {
+    if let Some(p) = out.pipe.take() {
+        if let Some(t) = out.token.take() {
+            src.remove(t, p.as_raw_fd());
+        }
+    }
+}
+
+fn excess_output(num: u64, i: usize, cap: Option<u64>, ledger: &mut Ledger, fx: &mut Effects) {
+    let cap = cap.unwrap_or(0);
+    let stream = if i == 0 {
+        Stream::Stdout
+    } else {
+        Stream::Stderr
+    };
+    ledger.append(Event::OutputCapped(OutputCapped {
+        job: num,
+        stream,
+        cap,
+    }));
+    let detail = format!("job {num} wrote more than {cap} bytes");
+    fx.trigger(Trigger::new(StopReason::ExcessOutput, detail).job(num));
+}
+
+/// Reads a job's pipe until it would block (or, in exec mode, until the
+/// passthrough sink is full and `draining` is false).
+fn pump(
+    job: &mut Job,
+    i: usize,
+    mut pass: Option<&mut Passthrough>,
+    src: &mut Sources,
+    draining: bool,
+) -> Pumped {
+    let mut buf = [0u8; 65536];
+    let mut r = Pumped {
+        eof: false,
+        crossed_cap: false,
+        paused: false,
+    };
+    loop {
+        if let Some(p) = &pass {
+            if !draining && p.is_full(i) {
+                r.paused = true;
+                break;
+            }
+        }
+        let Some(pipe) = job.out[i].pipe.as_mut() else {
+            break;
+        };
+        match pipe.read(&mut buf) {
+            Ok(0) => {
+                r.eof = true;
+                break;
+            }
+            Ok(n) => {
+                r.crossed_cap |= job.take(i, &buf[..n]);
+                if let Some(p) = pass.as_mut() {
+                    p.push(src, i, &buf[..n]);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(_) => {
+                r.eof = true;
+                break;
+            }
+        }
+    }
+    r
+}
+
+/// The job environment (SPEC 3.4): minimal and explicit.
+fn job_env(cfg: &Config, state: &StateDir) -> Vec<(OsString, OsString)> {
+    let inherit = |k: &str, default: &str| std::env::var_os(k).unwrap_or_else(|| default.into());
+    let mut env: Vec<(OsString, OsString)> = vec![
+        (
+            "PATH".into(),
+            inherit("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        ),
+        ("LANG".into(), inherit("LANG", "C.UTF-8")),
+        ("HOME".into(), inherit("HOME", "/")),
+        ("TMPDIR".into(), state.tmp_path().into()),
+        ("REA_RUN_ID".into(), cfg.run_id.clone().into()),
+        ("REA_STATE_DIR".into(), state.path.clone().into()),
+    ];
+    for name in &cfg.pass_env {
+        if let Some(v) = std::env::var_os(name) {
+            env.retain(|(k, _)| k != name.as_str());
+            env.push((name.into(), v));
+        }
+    }
+    env
+}

@@ -1,0 +1,134 @@
+//! The action's side of the audit log: append, sync, count, seal.
+//!
+//! The loop lends the ledger to each room (`&mut Ledger`); no room calls
+//! back into the loop. A record that cannot be made durable does not stop
+//! anything from here: the ledger keeps the failure, and the loop, which
+//! alone moves the phase, takes it with [`Ledger::take_failure`] after every
+//! handler and turns it into an `audit_failure` stop. After a failure the
+//! writer is poisoned and every later append fails quietly (the first
+//! failure is the one reported).
+//!
+//! Invariants: the receipt's counts are exactly what was appended
+//! ([`Counts::add`], the rule the replay recounts by); an uncertain mapping
+//! is recorded once per (pid, start time); nothing is appended after the
+//! receipt.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use crate::audit::record::{Counts, Event, MappingUncertain};
+use crate::audit::{AuditError, AuditWriter};
+use crate::process::identity::{read_uids, Stat};
+use crate::vocab::{bounded, Uncertainty};
+
+pub struct Ledger {
+    audit: AuditWriter,
+    counts: Counts,
+    uncertain: HashSet<(i32, u64)>,
+    /// The first failure, for the exit status and the stderr message.
+    error: Option<String>,
+    /// A failure the loop has not yet turned into a stop.
+    unhandled: Option<String>,
+    sealed: bool,
+}
+
+impl Ledger {
+    pub fn new(audit: AuditWriter) -> Ledger {
+        Ledger {
+            audit,
+            counts: Counts::default(),
+            uncertain: HashSet::new(),
+            error: None,
+            unhandled: None,
+            sealed: false,
+        }
+    }
+
+    pub fn run(&self) -> &str {
+        self.audit.run()
+    }
+
+    pub fn path(&self) -> &Path {
+        self.audit.path()
+    }
+
+    /// Appends a record, durable at the next [`Ledger::sync`]. Once sealed,
+    /// nothing is appended (the receipt stays the last record).
+    pub fn append(&mut self, ev: Event) {
+        if self.sealed {
+            return;
+        }
+        match self.audit.append(&ev) {
+            Ok(_) => self.counts.add(&ev),
+            Err(e) => self.failed(e),
+        }
+    }
+
+    /// Makes every appended record durable.
+    pub fn sync(&mut self) {
+        if let Err(e) = self.audit.sync() {
+            self.failed(e);
+        }
+    }
+
+    /// Appends and syncs: the record is durable before the act it announces.
+    pub fn record(&mut self, ev: Event) {
+        self.append(ev);
+        self.sync();
+    }
+
+    /// Records a live descendant that could not be proven, once per
+    /// (pid, start time). Its uid is read now; `None` when unreadable.
+    pub fn uncertain(&mut self, st: &Stat, reason: Uncertainty, detail: &str) {
+        if !self.uncertain.insert((st.pid, st.start_time)) {
+            return;
+        }
+        let uid = read_uids(st.pid).map(|u| u.real).unwrap_or(u32::MAX);
+        self.append(Event::MappingUncertain(MappingUncertain {
+            process: st.to_proc(uid),
+            reason,
+            detail: bounded(detail),
+        }));
+    }
+
+    /// Distinct processes recorded as uncertain mappings.
+    pub fn uncertain_count(&self) -> u64 {
+        self.uncertain.len() as u64
+    }
+
+    pub fn counts(&self) -> &Counts {
+        &self.counts
+    }
+
+    /// Writes the receipt (the last record, durable) and returns the head.
+    /// `None` when it could not be made durable (the log stays unsealed).
+    pub fn seal(&mut self, receipt: &Event) -> Option<String> {
+        self.sealed = true;
+        match self.audit.seal(receipt) {
+            Ok(w) => Some(w.hash),
+            Err(e) => {
+                self.error.get_or_insert_with(|| e.to_string());
+                None
+            }
+        }
+    }
+
+    /// The first failure, if any record could not be made durable.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// A failure not yet acted on; each is handed out once.
+    pub fn take_failure(&mut self) -> Option<String> {
+        self.unhandled.take()
+    }
+
+    fn failed(&mut self, e: AuditError) {
+        if self.error.is_some() {
+            return;
+        }
+        eprintln!("rea-watchdog: {e}; stopping the action");
+        self.error = Some(e.to_string());
+        self.unhandled = Some(e.to_string());
+    }
+}

@@ -1,0 +1,308 @@
+//! The ownership room: reaping, and who is abandoned.
+//!
+//! Reaping never steals an exit: a `WNOWAIT` peek says which child is
+//! waitable; a running job's leader is reaped through its own pidfd, an
+//! adopted orphan by the pid the peek just returned (an unreaped zombie of
+//! ours, so the pid cannot name anyone else). Job exits are handed back
+//! for the jobs room to finish; orphans are recorded here.
+//!
+//! [`classify`] is the abandonment rule (SPEC 3.5) as a pure function of
+//! one scan: every live descendant must be a running job's leader or in a
+//! running job's session; a descendant whose uids are not uniformly the
+//! watchdog's cannot be proven at all.
+
+use std::collections::HashSet;
+
+use super::effect::{Closer, Effects};
+use super::jobs::Jobs;
+use super::ledger::Ledger;
+use super::sources::Sources;
+use super::stop::{StopHost, Trigger};
+use crate::audit::record::{Event, Reaped, ReapedProc};
+use crate::process::identity::{read_stat, read_uids, Stat, Uids};
+use crate::process::reap::{self, Peek};
+use crate::process::scan::descendants;
+use crate::vocab::{Ident, Proc, Status, StopReason, Uncertainty};
+
+/// What one round of reaping did.
+pub struct Reaping {
+    /// Jobs whose leader was reaped, with its status, in reaping order.
+    pub exited: Vec<(u64, Status)>,
+    /// What `waitid` said after the last reap: with
+    /// [`Peek::NoChildren`] the watchdog has no child left at all.
+    pub last: Peek,
+}
+
+/// Reaps every waitable child now. Orphans are recorded (one `reaped`
+/// record per round); job exits are returned for the jobs room.
+pub fn reap(jobs: &mut Jobs, ledger: &mut Ledger) -> Reaping {
+    let mut orphans = Vec::new();
+    let mut exited = Vec::new();
+    let last = loop {
+        match reap::peek() {
+            Ok(Peek::Waitable(pid)) => {
+                if let Some(job) = jobs.by_leader_mut(pid) {
+                    match reap::reap_pidfd(&job.leader) {
+                        Ok(Some(status)) => {
+                            job.status = Some(status);
+                            exited.push((job.num, status));
+                        }
+                        _ => break Peek::NothingWaitable,
+                    }
+                } else {
+                    let st = read_stat(pid).ok();
+                    match reap::reap_pid(pid) {
+                        Ok(Some(status)) => orphans.push(ReapedProc {
+                            pid,
+                            start_time: st.as_ref().map(|s| s.start_time),
+                            comm: st.map(|s| s.comm),
+                            status,
+                        }),
+                        _ => break Peek::NothingWaitable,
+                    }
+                }
+            }
+            Ok(p) => break p,
+            Err(_) => break Peek::NothingWaitable,
+        }
+    };
+    if !orphans.is_empty() {
+        ledger.append(Event::Reaped(Reaped { processes: orphans }));
+    }
+    Reaping { exited, last }
+}
+
+/// Reaps, then finishes every job whose leader exited (its record and
+/// reply; `stopped_for` when the action is stopping).
+pub fn reap_and_finish(
+    jobs: &mut Jobs,
+    ledger: &mut Ledger,
+    src: &mut Sources,
+    fx: &mut Effects,
+    stopped_for: Option<StopReason>,
+) -> Reaping {
+    let r = reap(jobs, ledger);
+    for &(num, status) in &r.exited {
+        jobs.finish(num, status, stopped_for, src, ledger, fx);
+    }
+    r
+}
+
+/// While running, a job's exit is followed by the abandonment check.
+pub struct Running {
+    pub me: Ident,
+    /// exec mode, no close yet: the action closes itself once its job is gone.
+    pub exec_closes: bool,
+}
+
+/// Reaps and finishes (see [`reap_and_finish`]); while `running`, a job
+/// exit is followed by [`after_job_exit`] (a trigger), or in exec mode by
+/// the close. Returns the last peek.
+pub fn reap_all(
+    jobs: &mut Jobs,
+    ledger: &mut Ledger,
+    src: &mut Sources,
+    fx: &mut Effects,
+    stopped_for: Option<StopReason>,
+    running: Option<Running>,
+) -> Peek {
+    let r = reap_and_finish(jobs, ledger, src, fx, stopped_for);
+    if let Some(run) = running.filter(|_| !r.exited.is_empty()) {
+        match after_job_exit(r.last, run.me, jobs, ledger) {
+            Some(t) => fx.trigger(t),
+            None if run.exec_closes && jobs.is_empty() => fx.close(Closer::Own),
+            None => {}
+        }
+    }
+    r.last
+}
+
+/// One scan, classified.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Classified {
+    /// Live descendants outside every running job: the action must stop.
+    pub abandoned: Vec<Proc>,
+    /// Live descendants whose uids are not uniformly the watchdog's.
+    pub unproven: Vec<(Stat, Uids)>,
+}
+
+/// The abandonment rule. `scan` holds each live or zombie descendant with
+/// its uids (`None`: gone since the scan, so not counted); `leaders` and
+/// `sessions` are the running jobs' leader pids and session ids.
+pub fn classify(
+    scan: &[(Stat, Option<Uids>)],
+    leaders: &HashSet<i32>,
+    sessions: &HashSet<i32>,
+    uid: u32,
+) -> Classified {
+    let mut out = Classified::default();
+    for (st, uids) in scan.iter().filter(|(s, _)| !s.is_zombie()) {
+        let Some(uids) = uids else { continue };
+        if uids.uniform() != Some(uid) {
+            out.unproven.push((st.clone(), *uids));
+        } else if !leaders.contains(&st.pid) && !sessions.contains(&st.sid) {
+            out.abandoned.push(st.to_proc(uids.real));
+        }
+    }
+    out
+}
+
+/// After a leader exited while running: scans and classifies. `last` is
+/// what `waitid` said after reaping; with ECHILD there is no descendant at
+/// all (every orphan comes back to the subreaper) and `/proc` is not read.
+/// Unprovable descendants are recorded as uncertain mappings here.
+pub fn after_job_exit(last: Peek, me: Ident, jobs: &Jobs, ledger: &mut Ledger) -> Option<Trigger> {
+    let scan = match last {
+        Peek::NoChildren => Vec::new(),
+        _ => match descendants(me.pid) {
+            Ok(s) => s,
+            Err(e) => {
+                let detail = format!("cannot scan /proc: {e}");
+                return Some(Trigger::new(StopReason::MappingRefused, detail));
+            }
+        },
+    };
+    let leaders: HashSet<i32> = jobs.running().map(|j| j.leader.pid()).collect();
+    let sessions: HashSet<i32> = jobs.running().map(|j| j.sid).collect();
+    let scan: Vec<(Stat, Option<Uids>)> = scan
+        .into_iter()
+        .filter(|s| !s.is_zombie())
+        .map(|s| {
+            let uids = read_uids(s.pid).ok();
+            (s, uids)
+        })
+        .collect();
+    let found = classify(&scan, &leaders, &sessions, me.uid);
+    if !found.unproven.is_empty() {
+        let n = found.unproven.len();
+        let mut procs = Vec::new();
+        for (st, uids) in &found.unproven {
+            let detail = format!("uid {} / euid {}", uids.real, uids.effective);
+            ledger.uncertain(st, Uncertainty::UidMismatch, &detail);
+            procs.push(st.to_proc(uids.real));
+        }
+        let detail = format!("{n} descendant(s) no longer have the watchdog's uid");
+        return Some(Trigger::new(StopReason::MappingRefused, detail).processes(procs));
+    }
+    if !found.abandoned.is_empty() {
+        let n = found.abandoned.len();
+        let detail = format!("{n} descendant(s) outlived their job");
+        return Some(Trigger::new(StopReason::Abandoned, detail).processes(found.abandoned));
+    }
+    None
+}
+
+/// At close with no job running: any descendant left is abandoned.
+/// `Ok(None)` when none is left.
+pub fn left_at_close(me: Ident) -> Result<Option<Trigger>, Trigger> {
+    match descendants(me.pid) {
+        Ok(scan) if scan.is_empty() => Ok(None),
+        Ok(scan) => {
+            let left: Vec<Proc> = scan
+                .iter()
+                .map(|s| s.to_proc(read_uids(s.pid).map(|u| u.real).unwrap_or(u32::MAX)))
+                .collect();
+            let detail = format!("{} descendant(s) left at close", left.len());
+            Ok(Some(
+                Trigger::new(StopReason::Abandoned, detail).processes(left),
+            ))
+        }
+        Err(e) => Err(Trigger::new(
+            StopReason::MappingRefused,
+            format!("cannot scan /proc: {e}"),
+        )),
+    }
+}
+
+/// The stop procedure's view of the rooms, lent for one step: reaping
+/// (and finishing the jobs that end) is ownership's, records the ledger's.
+pub struct StopDesk<'a> {
+    pub me: Ident,
+    pub jobs: &'a mut Jobs,
+    pub ledger: &'a mut Ledger,
+    pub src: &'a mut Sources,
+    pub fx: &'a mut Effects,
+    /// Why the action is stopping (in the replies of jobs that end now).
+    pub reason: StopReason,
+}
+
+impl StopHost for StopDesk<'_> {
+    fn me(&self) -> Ident {
+        self.me
+    }
+
+    fn append(&mut self, ev: Event) {
+        self.ledger.append(ev);
+    }
+
+    fn sync(&mut self) {
+        self.ledger.sync();
+    }
+
+    fn reap(&mut self) -> Peek {
+        let (jobs, ledger, src) = (&mut *self.jobs, &mut *self.ledger, &mut *self.src);
+        reap_and_finish(jobs, ledger, src, self.fx, Some(self.reason)).last
+    }
+
+    fn uncertain(&mut self, st: &Stat, reason: Uncertainty, detail: &str) {
+        self.ledger.uncertain(st, reason, detail);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(pid: i32, sid: i32, state: u8) -> Stat {
+        Stat {
+            pid,
+            comm: format!("p{pid}"),
+            state,
+            ppid: 1,
+            sid,
+            start_time: 100 + pid as u64,
+        }
+    }
+
+    fn uids(u: u32) -> Option<Uids> {
+        Some(Uids {
+            real: u,
+            effective: u,
+            saved: u,
+            fs: u,
+        })
+    }
+
+    #[test]
+    fn leaders_and_session_members_are_owned_others_abandoned() {
+        let leaders = HashSet::from([10]);
+        let sessions = HashSet::from([10]);
+        let scan = vec![
+            (stat(10, 10, b'S'), uids(7)), // a running job's leader
+            (stat(11, 10, b'S'), uids(7)), // in its session
+            (stat(12, 12, b'S'), uids(7)), // setsid escapee
+            (stat(13, 99, b'Z'), uids(7)), // a zombie: being reaped, not counted
+            (stat(14, 99, b'S'), None),    // gone since the scan
+        ];
+        let c = classify(&scan, &leaders, &sessions, 7);
+        assert!(c.unproven.is_empty());
+        let pids: Vec<i32> = c.abandoned.iter().map(|p| p.pid).collect();
+        assert_eq!(pids, vec![12]);
+    }
+
+    #[test]
+    fn a_changed_uid_is_unproven_even_inside_a_job() {
+        let leaders = HashSet::from([10]);
+        let sessions = HashSet::from([10]);
+        let mut setuid = uids(7).unwrap();
+        setuid.effective = 0;
+        let scan = vec![
+            (stat(11, 10, b'S'), Some(setuid)),
+            (stat(12, 12, b'S'), uids(8)),
+        ];
+        let c = classify(&scan, &leaders, &sessions, 7);
+        assert!(c.abandoned.is_empty());
+        let pids: Vec<i32> = c.unproven.iter().map(|(s, _)| s.pid).collect();
+        assert_eq!(pids, vec![11, 12]);
+    }
+}

@@ -1,0 +1,253 @@
+//! The receipt room: the proof of quiescence, the temp root, the staging
+//! inventory, and what the action ended as (SPEC 3.6).
+//!
+//! It takes plain values (what reaping and a scan said, whether the held
+//! pidfds all exited, how the stop ended, the ledger's counts) and never
+//! the other rooms, so the proof can be read in one place.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use super::effect::ReplyTo;
+use super::ledger::Ledger;
+use super::state_dir::StateDir;
+use super::stop::Stopper;
+use crate::audit::record::{
+    no_live_or_waitable, DirIdentity, Event, Inventory, Receipt, StagingInventoried, StopCompleted,
+    TempRootInventoried, TempRootRemoved,
+};
+use crate::inventory;
+use crate::process::reap::Peek;
+use crate::process::scan::descendants;
+use crate::protocol::{Reply, PROTOCOL_VERSION};
+use crate::vocab::{bounded, Ident, Outcome, RefusalReason, Status, StopReason};
+
+/// How the exec job ended, for exec's exit status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecResult {
+    Exited(Status),
+    Failed(RefusalReason),
+}
+
+/// What the action ended as; the binary turns it into an exit status.
+#[derive(Clone, Debug)]
+pub struct Finished {
+    pub positive: bool,
+    pub outcome: Outcome,
+    pub stop_reason: Option<StopReason>,
+    /// The signal that started the stop, when the first trigger was one.
+    pub signal: Option<i32>,
+    /// The sealed log's head; `None` if the receipt could not be made durable.
+    pub head: Option<String>,
+    pub audit_error: Option<String>,
+    pub exec: Option<ExecResult>,
+    pub audit_log: PathBuf,
+    pub run_id: String,
+}
+
+/// What the proof is made of, read just before the receipt.
+pub struct Evidence<'a> {
+    /// `waitid` said ECHILD after the last reap.
+    pub echild: bool,
+    /// A `/proc` scan that did not fail found no descendant.
+    pub scan_empty: bool,
+    /// Every pidfd the watchdog held (the stop's and the jobs') exited.
+    pub held_exited: bool,
+    /// How the stop ended, when there was one.
+    pub stop: Option<&'a StopCompleted>,
+}
+
+impl Evidence<'_> {
+    /// No live or waitable descendant (the one quiescence rule).
+    pub fn no_live(&self) -> bool {
+        no_live_or_waitable(self.echild, self.scan_empty)
+    }
+
+    /// The whole proof: nothing live or waitable, every held pidfd exited,
+    /// and a stop (if any) that did not run out of its kill bound.
+    pub fn quiescent(&self) -> bool {
+        self.no_live() && self.held_exited && self.stop.is_none_or(StopCompleted::proved)
+    }
+}
+
+/// Gathers the evidence just before the receipt: `last` is what `waitid`
+/// said after the final reap; a `/proc` scan is made here; `held_exited`
+/// covers the stop procedure's pidfds and the jobs'.
+pub fn evidence(
+    last: Peek,
+    me: Ident,
+    stop: Option<&mut (Stopper, StopCompleted)>,
+    jobs_empty: bool,
+) -> Evidence<'_> {
+    let scan_empty = matches!(descendants(me.pid), Ok(s) if s.is_empty());
+    let (held_exited, done) = match stop {
+        Some((stopper, done)) => (stopper.held_exited(), Some(&*done)),
+        None => (true, None),
+    };
+    Evidence {
+        echild: last == Peek::NoChildren,
+        scan_empty,
+        held_exited: held_exited && jobs_empty,
+        stop: done,
+    }
+}
+
+/// The `closed` reply to the request that closed the action.
+pub fn closed_reply(
+    to: &ReplyTo,
+    reason: Option<StopReason>,
+    positive: bool,
+    head: Option<&str>,
+    log: &Path,
+) -> Reply {
+    Reply::Closed {
+        v: PROTOCOL_VERSION,
+        id: to.id.clone(),
+        outcome: outcome(reason),
+        stop_reason: reason,
+        positive: positive && head.is_some(),
+        head: head.unwrap_or_default().to_string(),
+        audit_log: log.to_string_lossy().into_owned(),
+    }
+}
+
+/// Inventories the private temp root and removes it, only when no process
+/// can still be using it and it is still the directory created at start.
+fn clear_temp_root(state: &StateDir, quiescent: bool, ledger: &mut Ledger) -> bool {
+    let opened = inventory::open_dir(&state.tmp_path()).and_then(|fd| {
+        let st = nix::sys::stat::fstat(&fd)?;
+        if (st.st_dev, st.st_ino) != (state.tmp.dev, state.tmp.ino) {
+            return Err(io::Error::other("the temp root was replaced"));
+        }
+        inventory::inventory_fd(fd.as_fd(), 64)
+    });
+    match opened {
+        Ok((inv, listing)) => {
+            let truncated = (listing.len() as u64) < inv.entries;
+            ledger.append(Event::TempRootInventoried(TempRootInventoried {
+                path: state.tmp.path.clone(),
+                inventory: inv,
+                listing,
+                truncated,
+            }));
+        }
+        Err(e) => {
+            ledger.append(Event::TempRootRemoved(TempRootRemoved {
+                removed: false,
+                detail: bounded(&format!("cannot inventory: {e}")),
+            }));
+            return false;
+        }
+    }
+    let (removed, detail) = if !quiescent {
+        let why = "kept: quiescence was not proven, a process may still use it";
+        (false, why.to_string())
+    } else {
+        match state.remove_tmp() {
+            Ok(()) => (true, String::new()),
+            Err(e) => (false, bounded(&e.to_string())),
+        }
+    };
+    ledger.append(Event::TempRootRemoved(TempRootRemoved { removed, detail }));
+    removed
+}
+
+/// Staging is inventoried, never deleted. An unreadable stage keeps the
+/// start identity with an empty inventory, which `verify --staging` then
+/// cannot match (fail closed).
+fn inventory_staging(
+    path: Option<&Path>,
+    start: Option<&DirIdentity>,
+    ledger: &mut Ledger,
+) -> Option<StagingInventoried> {
+    let (path, start) = (path?, start?);
+    let seen = match (inventory::dir_identity(path), inventory::inventory(path)) {
+        (Ok(identity), Ok(inventory)) => StagingInventoried {
+            identity,
+            inventory,
+        },
+        _ => StagingInventoried {
+            identity: start.clone(),
+            inventory: Inventory {
+                entries: 0,
+                bytes: 0,
+                digest: crate::audit::chain::line_hash(b""),
+            },
+        },
+    };
+    ledger.append(Event::StagingInventoried(seen.clone()));
+    Some(seen)
+}
+
+/// Where and when the action is sealed.
+pub struct Sealing<'a> {
+    pub state: &'a StateDir,
+    pub staging: Option<&'a Path>,
+    pub staging_start: Option<&'a DirIdentity>,
+    pub root_alive: bool,
+    /// The first stop trigger's reason; `None` for a plain close.
+    pub reason: Option<StopReason>,
+}
+
+/// Clears the temp root, inventories the stage, writes the receipt (the
+/// last record). Returns whether the receipt is positive, and the head
+/// (`None` when the receipt could not be made durable).
+pub fn seal(ev: &Evidence<'_>, at: &Sealing<'_>, ledger: &mut Ledger) -> (bool, Option<String>) {
+    let removed = clear_temp_root(at.state, ev.quiescent(), ledger);
+    let staging = inventory_staging(at.staging, at.staging_start, ledger);
+    let rc = receipt(at.reason, ev, removed, staging, at.root_alive, ledger);
+    let positive = rc.is_positive();
+    (positive, ledger.seal(&Event::Receipt(rc)))
+}
+
+/// What the action ended as, for the binary.
+pub fn finished(
+    positive: bool,
+    head: Option<String>,
+    reason: Option<StopReason>,
+    signal: Option<i32>,
+    exec: Option<ExecResult>,
+    ledger: &Ledger,
+) -> Finished {
+    Finished {
+        positive: positive && head.is_some() && ledger.error().is_none(),
+        outcome: outcome(reason),
+        stop_reason: reason,
+        signal,
+        head,
+        audit_error: ledger.error().map(str::to_string),
+        exec,
+        audit_log: ledger.path().to_path_buf(),
+        run_id: ledger.run().to_string(),
+    }
+}
+
+/// The receipt for what the action ended as.
+fn receipt(
+    stop_reason: Option<StopReason>,
+    ev: &Evidence<'_>,
+    temp_root_removed: bool,
+    staging: Option<StagingInventoried>,
+    root_alive: bool,
+    ledger: &Ledger,
+) -> Receipt {
+    Receipt {
+        outcome: outcome(stop_reason),
+        stop_reason,
+        quiescent: ev.quiescent(),
+        no_live_or_waitable_descendants: ev.no_live(),
+        uncertain_mappings: ledger.uncertain_count(),
+        temp_root_removed,
+        root_alive,
+        counts: ledger.counts().clone(),
+        staging,
+    }
+}
+
+pub fn outcome(stop_reason: Option<StopReason>) -> Outcome {
+    match stop_reason {
+        Some(_) => Outcome::Stopped,
+        None => Outcome::Closed,
+    }
+}
