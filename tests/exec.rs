@@ -398,3 +398,30 @@ fn exec_hopper_sibling_survives_its_stops() {
     e.verify(0);
     sibling.assert_alive();
 }
+
+#[test]
+fn a_nested_spawn_that_fails_is_refused_to_its_caller_and_the_action_goes_on() {
+    if skip_outside_pid_ns("exec_nested_spawn_fails") {
+        return;
+    }
+    // The job asks for a launcher that does not exist, then exits 0. Only
+    // the requester hears of the failure: exec's own job is not stopped
+    // and exec exits with the job's status (not 124, not 127).
+    let e = Exec::new();
+    let script = r#""$0" submit --deadline 5s -- /nonexistent/rea-launcher; echo "submit=$?""#;
+    let out = e.run(&[], &["/bin/sh", "-c", script, watchdog_bin()]);
+    assert_eq!(code(&out), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("submit=127"), "{text}");
+    let records = e.records();
+    let failed = of_kind(&records, "job_failed");
+    assert_eq!(failed.len(), 1, "{records:#?}");
+    assert_eq!(failed[0]["data"]["reason"], "not_found");
+    assert!(
+        of_kind(&records, "stop_triggered").is_empty(),
+        "{records:#?}"
+    );
+    assert_eq!(exec_status(&records), serde_json::json!({"code": 0}));
+    let v = e.verify(0);
+    assert_eq!(v["outcome"], "closed");
+}

@@ -27,7 +27,7 @@ use super::jobs::{Jobs, LaunchRequest, Launched};
 use super::ledger::Ledger;
 use super::ownership::{self, Running, StopDesk};
 use super::phase::{Input, Phase, StopStart};
-use super::receipt::{self, ExecResult, Finished, Sealing};
+use super::receipt::{self, Finished, Sealing};
 use super::reply::Replies;
 use super::sources::{Source, Sources};
 use super::start::Started;
@@ -37,7 +37,7 @@ use crate::audit::record::{DirIdentity, Event, ReplyFailed};
 use crate::audit::AuditWriter;
 use crate::process::reap::Peek;
 use crate::protocol::Reply;
-use crate::vocab::{Ident, Mode, RefusalReason};
+use crate::vocab::{Ident, Mode};
 
 /// How long finishing waits for slow readers of replies and exec output.
 const EXIT_FLUSH: Duration = Duration::from_secs(2);
@@ -56,7 +56,6 @@ pub struct Action {
     intake: Intake,
     jobs: Jobs,
     replies: Replies,
-    exec_failed: Option<RefusalReason>,
     phase: Phase,
 }
 
@@ -72,28 +71,26 @@ impl Action {
     ) -> Result<Action, String> {
         let fail = |what: &str, e: io::Error| format!("{what}: {e}");
         let mut src = Sources::new().map_err(|e| fail("epoll", e))?;
-        src.add(state.fifo.as_raw_fd(), Source::Fifo, Interest::READABLE)
-            .map_err(|e| fail("request FIFO", e))?;
-        let deadline = cfg.action_deadline.map(|d| Instant::now() + d);
-        let jobs =
-            Jobs::new(&cfg, &state, &started, deadline).map_err(|e| fail("stdout/stderr", e))?;
-        let mut ledger = Ledger::new(audit);
         let [first, root] = started.first_records(&cfg, &state, staging_start.clone());
-        ledger.append(first);
-        ledger.record(root);
-        if let Some(e) = ledger.take_failure() {
-            return Err(e);
-        }
-        let ext = External::new(started.signals, started.root, &mut src)
-            .map_err(|e| fail("signalfd or root pidfd", e))?;
+        let deadline = cfg.action_deadline.map(|d| Instant::now() + d);
+        let jobs = Jobs::new(&cfg, &state, &started, deadline);
+        let jobs = jobs.map_err(|e| fail("stdout/stderr", e))?;
         let how = StopStart {
             priority: started.priority.taken(),
             term_grace: cfg.term_grace,
             kill_bound: cfg.kill_bound,
         };
+        let (me, ext) = (
+            started.me,
+            External::new(started.signals, started.root, &mut src)?,
+        );
+        src.add(state.fifo.as_raw_fd(), Source::Fifo, Interest::READABLE)
+            .map_err(|e| fail("request FIFO", e))?;
+        let mut ledger = Ledger::new(audit);
+        ledger.start([first, root])?;
         Ok(Action {
             cfg,
-            me: started.me,
+            me,
             src,
             ext,
             state,
@@ -103,7 +100,6 @@ impl Action {
             intake: Intake::default(),
             jobs,
             replies: Replies::default(),
-            exec_failed: None,
             phase: Phase::Running { closing: None },
         })
     }
@@ -206,16 +202,20 @@ impl Action {
     }
 
     /// Moves the phase (the table is `phase.rs`), applies what the
-    /// transition returned, then checks a pending close and sealing.
+    /// transition returned, then checks a pending close. A close seals at
+    /// once if it can; anything else seals at the end of the wake-up
+    /// ([`Action::after_events`]), never from inside another handler.
     fn on(&mut self, input: Input) {
+        let close = matches!(input, Input::Close(_));
         let mut fx = Effects::default();
         let phase = std::mem::replace(&mut self.phase, Phase::Running { closing: None });
         self.phase = phase.on(input, &mut self.ledger, &mut fx, &self.how);
         self.apply(fx);
         if matches!(self.phase, Phase::Running { closing: Some(_) }) {
             self.check_close();
+        } else if close {
+            self.maybe_finish();
         }
-        self.maybe_finish();
     }
 
     /// A close with nothing stopping: a running job makes it a stop; any
@@ -310,6 +310,7 @@ impl Action {
             state: &self.state,
             me: self.me,
             root: self.ext.root(),
+            root_caller: (self.cfg.mode == Mode::Run).then(|| self.ext.root()),
             gate,
             fx: &mut fx,
         };
@@ -331,33 +332,29 @@ impl Action {
     fn launch(&mut self, req: LaunchRequest) {
         let mut fx = Effects::default();
         let (src, ledger) = (&mut self.src, &mut self.ledger);
-        if let Launched::Failed(reason) = self.jobs.launch(req, src, ledger, &mut fx) {
-            if self.cfg.mode == Mode::Exec {
-                self.exec_failed = Some(reason);
-                fx.close(Closer::Own);
-            }
+        // exec's own job failing to start ends exec; a nested request's
+        // failure is answered to its requester and the action goes on.
+        let own = req.reply.is_none();
+        let launched = self.jobs.launch(req, src, ledger, &mut fx);
+        if matches!(launched, Launched::Failed(_)) && own && self.cfg.mode == Mode::Exec {
+            fx.close(Closer::Own);
         }
         self.apply(fx);
     }
 
+    /// One step of the stop procedure. Reaping (and what finishing the
+    /// jobs returns) is applied first, so it is recorded before the sweep.
     fn step_stop(&mut self, now: Instant) {
-        let mut fx = Effects::default();
-        let Phase::Stopping { stop, wake, end } = &mut self.phase else {
+        let peek = self.reap();
+        let Phase::Stopping { stop, wake, .. } = &mut self.phase else {
             return;
         };
-        let mut host = StopDesk {
-            me: self.me,
-            jobs: &mut self.jobs,
-            ledger: &mut self.ledger,
-            src: &mut self.src,
-            fx: &mut fx,
-            reason: end.reason,
-        };
-        let step = stop.step(&mut host, now);
+        let (me, ledger) = (self.me, &mut self.ledger);
+        let step = stop.step(&mut StopDesk { me, ledger, peek }, now);
         if let Step::Wait(t) = step {
             *wake = t;
         }
-        self.apply(fx);
+        self.apply(Effects::default()); // the sweep's records may have failed
         if let Step::Done(c) = step {
             self.on(Input::StopDone(c));
         }
@@ -388,12 +385,10 @@ impl Action {
         }
         self.replies.drain_all(&mut self.src, EXIT_FLUSH);
         self.jobs.flush_passthrough(&mut self.src, EXIT_FLUSH);
-        let exec = (self.cfg.mode == Mode::Exec).then(|| {
+        if self.cfg.mode == Mode::Exec {
             let _ = self.state.remove_all(); // exec's state directory was private to it
-            let exited = self.jobs.last_exit().map(ExecResult::Exited);
-            self.exec_failed.map(ExecResult::Failed).or(exited)
-        });
-        let exec = exec.flatten();
+        }
+        let exec = self.jobs.last().filter(|_| self.cfg.mode == Mode::Exec);
         let fin = receipt::finished(positive, head, reason, sealable.signal, exec, &self.ledger);
         self.phase = Phase::Finished(fin);
     }

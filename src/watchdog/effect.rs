@@ -5,6 +5,7 @@
 
 use super::stop::Trigger;
 use crate::protocol::Reply;
+use crate::vocab::StopReason;
 
 /// Where a request's replies go: a reply channel and the request's id.
 #[derive(Clone, Debug)]
@@ -58,6 +59,14 @@ impl Effects {
 
     pub fn close(&mut self, by: Closer) {
         self.0.push(Effect::Close(by));
+    }
+
+    /// The reason of the first trigger made so far, if any.
+    pub fn first_trigger(&self) -> Option<StopReason> {
+        self.0.iter().find_map(|e| match e {
+            Effect::Trigger(t) => Some(t.reason),
+            _ => None,
+        })
     }
 
     /// Hands the effects over (first made, first applied).

@@ -3,7 +3,6 @@
 //! controller's exit (its pidfd turns readable). SIGCHLD arrives on the
 //! same signalfd and only says "reap now".
 
-use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 
 use mio::{Interest, Token};
@@ -24,14 +23,19 @@ pub struct External {
 
 impl External {
     /// Registers the signalfd and the root's pidfd with the loop.
-    pub fn new(signals: SignalFd, root: VerifiedPidFd, src: &mut Sources) -> io::Result<External> {
-        src.add(
-            signals.as_fd().as_raw_fd(),
-            Source::Signals,
-            Interest::READABLE,
-        )?;
-        let root_fd = root.as_fd().as_raw_fd();
-        let root_token = Some(src.add(root_fd, Source::Root, Interest::READABLE)?);
+    pub fn new(
+        signals: SignalFd,
+        root: VerifiedPidFd,
+        src: &mut Sources,
+    ) -> Result<External, String> {
+        let fd = signals.as_fd().as_raw_fd();
+        src.add(fd, Source::Signals, Interest::READABLE)
+            .map_err(|e| format!("signalfd: {e}"))?;
+        let fd = root.as_fd().as_raw_fd();
+        let root_token = src
+            .add(fd, Source::Root, Interest::READABLE)
+            .map_err(|e| format!("root pidfd: {e}"))?;
+        let root_token = Some(root_token);
         Ok(External {
             signals,
             root,

@@ -126,6 +126,8 @@ pub struct Desk<'a> {
     pub state: &'a StateDir,
     pub me: Ident,
     pub root: Ident,
+    /// Who `job_spawned` names when the root asked (`None` in exec mode).
+    pub root_caller: Option<Ident>,
     pub gate: Gate,
     pub fx: &'a mut Effects,
 }
@@ -218,7 +220,7 @@ impl Intake {
         };
         let caller = caller::verify(req.caller, desk.me, desk.root);
         let id = req.id.clone();
-        match self.admit(req, chan, caller, gate, desk.root) {
+        match self.admit(req, chan, caller, gate, desk.root_caller) {
             Ok(a) => Some(a),
             Err(r) => {
                 desk.refuse(r, Some(id), Some(chan));
@@ -238,7 +240,7 @@ impl Intake {
         chan: u64,
         caller: Result<Verified, Refused>,
         gate: Gate,
-        root: Ident,
+        root: Option<Ident>,
     ) -> Result<Admitted, Refused> {
         let caller = caller?;
         if self.used_ids.contains(&req.id) {
@@ -351,13 +353,31 @@ mod tests {
             closing: true,
             ..RUNNING
         };
-        let r = i.admit(request("spawn", "a"), 0, Ok(Verified::Root), closing, ROOT);
+        let r = i.admit(
+            request("spawn", "a"),
+            0,
+            Ok(Verified::Root),
+            closing,
+            Some(ROOT),
+        );
         assert_eq!(reason(r), Some(RefusalReason::Closed));
-        let r = i.admit(request("spawn", "a"), 0, Ok(Verified::Root), RUNNING, ROOT);
+        let r = i.admit(
+            request("spawn", "a"),
+            0,
+            Ok(Verified::Root),
+            RUNNING,
+            Some(ROOT),
+        );
         assert!(
             matches!(&r, Ok(Admitted::Spawn(req)) if req.caller.is_none() && req.caller_ident == Some(ROOT))
         );
-        let r = i.admit(request("stop", "a"), 0, Ok(Verified::Root), RUNNING, ROOT);
+        let r = i.admit(
+            request("stop", "a"),
+            0,
+            Ok(Verified::Root),
+            RUNNING,
+            Some(ROOT),
+        );
         assert_eq!(reason(r), Some(RefusalReason::DuplicateId));
     }
 
@@ -365,10 +385,16 @@ mod tests {
     fn the_caller_check_comes_first() {
         let mut i = Intake::default();
         let bad = Err((RefusalReason::CallerNotOwned, "no".to_string()));
-        let r = i.admit(request("spawn", "a"), 0, bad, RUNNING, ROOT);
+        let r = i.admit(request("spawn", "a"), 0, bad, RUNNING, Some(ROOT));
         assert_eq!(reason(r), Some(RefusalReason::CallerNotOwned));
         // The refused request did not use its id.
-        let r = i.admit(request("close", "a"), 0, Ok(Verified::Root), RUNNING, ROOT);
+        let r = i.admit(
+            request("close", "a"),
+            0,
+            Ok(Verified::Root),
+            RUNNING,
+            Some(ROOT),
+        );
         assert!(matches!(r, Ok(Admitted::Close { .. })));
     }
 
@@ -379,9 +405,21 @@ mod tests {
             stopped_for: Some(StopReason::Deadline),
             closing: false,
         };
-        let r = i.admit(request("spawn", "a"), 0, Ok(Verified::Root), stopped, ROOT);
+        let r = i.admit(
+            request("spawn", "a"),
+            0,
+            Ok(Verified::Root),
+            stopped,
+            Some(ROOT),
+        );
         assert_eq!(reason(r), Some(RefusalReason::Aborted));
-        let r = i.admit(request("stop", "b"), 0, Ok(Verified::Root), stopped, ROOT);
+        let r = i.admit(
+            request("stop", "b"),
+            0,
+            Ok(Verified::Root),
+            stopped,
+            Some(ROOT),
+        );
         assert!(
             matches!(&r, Ok(Admitted::Stop { trigger, .. }) if trigger.detail == "stop requested by pid 5")
         );
@@ -389,12 +427,24 @@ mod tests {
             closing: true,
             ..stopped
         };
-        let r = i.admit(request("stop", "c"), 0, Ok(Verified::Root), closing, ROOT);
+        let r = i.admit(
+            request("stop", "c"),
+            0,
+            Ok(Verified::Root),
+            closing,
+            Some(ROOT),
+        );
         assert!(
             matches!(r, Ok(Admitted::Stop { .. })),
             "close -> stop escalates"
         );
-        let r = i.admit(request("close", "d"), 0, Ok(Verified::Root), closing, ROOT);
+        let r = i.admit(
+            request("close", "d"),
+            0,
+            Ok(Verified::Root),
+            closing,
+            Some(ROOT),
+        );
         assert_eq!(reason(r), Some(RefusalReason::Closed));
     }
 }

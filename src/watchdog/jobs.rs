@@ -21,6 +21,7 @@ use super::job::{Job, Output};
 use super::ledger::Ledger;
 use super::passthrough::Passthrough;
 use super::priority::Base;
+use super::receipt::ExecResult;
 use super::sources::{Source, Sources};
 use super::spawn::{spawn, Launch};
 use super::start::Started;
@@ -62,12 +63,13 @@ impl LaunchRequest {
         }
     }
 
-    /// An admitted spawn request; `root` is the caller when none was bound.
+    /// An admitted spawn request; `root` is recorded as the caller when
+    /// none was bound (`None` in exec mode, whose root is only its parent).
     pub fn admitted(
         reply: ReplyTo,
         spec: SpawnSpec,
         caller: Option<VerifiedPidFd>,
-        root: Ident,
+        root: Option<Ident>,
     ) -> LaunchRequest {
         LaunchRequest {
             id: reply.id.clone(),
@@ -75,7 +77,7 @@ impl LaunchRequest {
             name: spec.name,
             deadline: Some(Duration::from_millis(spec.deadline_ms)),
             capture: spec.capture,
-            caller_ident: Some(caller.as_ref().map_or(root, |c| c.ident())),
+            caller_ident: caller.as_ref().map(|c| c.ident()).or(root),
             caller,
             reply: Some(reply),
         }
@@ -108,8 +110,9 @@ pub struct Jobs {
     action_deadline: Option<Instant>,
     /// exec mode: the watchdog's own stdout/stderr, where output goes.
     pass: Option<Passthrough>,
-    /// How the last job to finish ended (exec's exit status).
-    last_exit: Option<Status>,
+    /// How the last job ended, or failed to start: exec's exit status
+    /// (the last to happen wins).
+    last: Option<ExecResult>,
 }
 
 impl Jobs {
@@ -135,7 +138,7 @@ impl Jobs {
             output_cap: cfg.output_cap,
             action_deadline,
             pass,
-            last_exit: None,
+            last: None,
         })
     }
 
@@ -155,9 +158,9 @@ impl Jobs {
             .find(|j| j.running() && j.leader.pid() == pid)
     }
 
-    /// How the last job to finish ended.
-    pub fn last_exit(&self) -> Option<Status> {
-        self.last_exit
+    /// How the last job ended or failed to start.
+    pub fn last(&self) -> Option<ExecResult> {
+        self.last
     }
 
     /// The nearest job or action deadline.
@@ -240,6 +243,10 @@ impl Jobs {
                         detail: bounded(&e.detail),
                     };
                     fx.reply(r, reply, true);
+                }
+                if req.reply.is_none() {
+                    // exec's own job (nobody to answer): its status is exec's.
+                    self.last = Some(ExecResult::Failed(e.reason));
                 }
                 return Launched::Failed(e.reason);
             }
@@ -415,7 +422,7 @@ impl Jobs {
         }
         let duration_ms = millis(job.started.elapsed());
         let leader = job.leader.proc().clone();
-        self.last_exit = Some(status);
+        self.last = Some(ExecResult::Exited(status));
         ledger.append(Event::JobExited(JobExited {
             job: num,
             pid: leader.pid,
@@ -468,21 +475,29 @@ impl Jobs {
     }
 }
 
-/// Registers a new job's leader, pipes and caller with the loop.
+/// Registers a new job's leader, pipes and caller with the loop, each on
+/// its own (one failure does not leave the others unwatched); returns the
+/// first error.
 fn watch(job: &mut Job, src: &mut Sources) -> io::Result<()> {
     let num = job.num;
-    let fd = job.leader.as_fd().as_raw_fd();
-    job.leader_token = Some(src.add(fd, Source::Leader(num), Interest::READABLE)?);
+    let mut first = Ok(());
+    let mut add = |fd, source| {
+        let token = src.add(fd, source, Interest::READABLE);
+        if let (Err(e), Ok(())) = (&token, &first) {
+            first = Err(io::Error::new(e.kind(), e.to_string()));
+        }
+        token.ok()
+    };
+    job.leader_token = add(job.leader.as_fd().as_raw_fd(), Source::Leader(num));
     for (i, out) in job.out.iter_mut().enumerate() {
         if let Some(p) = &out.pipe {
-            out.token = Some(src.add(p.as_raw_fd(), Source::Output(num, i), Interest::READABLE)?);
+            out.token = add(p.as_raw_fd(), Source::Output(num, i));
         }
     }
     if let Some(c) = &job.caller {
-        let fd = c.as_fd().as_raw_fd();
-        job.caller_token = Some(src.add(fd, Source::Caller(num), Interest::READABLE)?);
+        job.caller_token = add(c.as_fd().as_raw_fd(), Source::Caller(num));
     }
-    Ok(())
+    first
 }
 
 fn close_pipe(out: &mut Output, src: &mut Sources) {

@@ -118,6 +118,21 @@ impl Ledger {
         self.error.as_deref()
     }
 
+    /// A failure is waiting for the loop (the action is as good as stopping).
+    pub fn failure_pending(&self) -> bool {
+        self.unhandled.is_some()
+    }
+
+    /// Writes the first records, durably, at start (before anything runs);
+    /// an error here means the action never starts.
+    pub fn start(&mut self, first: [Event; 2]) -> Result<(), String> {
+        for ev in &first {
+            self.audit.append(ev).map_err(|e| e.to_string())?;
+            self.counts.add(ev);
+        }
+        self.audit.sync().map_err(|e| e.to_string())
+    }
+
     /// A failure not yet acted on; each is handed out once.
     pub fn take_failure(&mut self) -> Option<String> {
         self.unhandled.take()

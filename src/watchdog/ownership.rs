@@ -73,19 +73,25 @@ pub fn reap(jobs: &mut Jobs, ledger: &mut Ledger) -> Reaping {
 }
 
 /// Reaps, then finishes every job whose leader exited (its record and
-/// reply; `stopped_for` when the action is stopping).
+/// reply). `stopped_for` is why the action is stopping (`None`: running);
+/// a trigger made while finishing one job (excess output on its last read,
+/// a record that could not be made durable) stops the action then and
+/// there, so the jobs finished after it are finished as stopped.
+/// Returns the reaping, and why the action is stopping after it.
 pub fn reap_and_finish(
     jobs: &mut Jobs,
     ledger: &mut Ledger,
     src: &mut Sources,
     fx: &mut Effects,
-    stopped_for: Option<StopReason>,
-) -> Reaping {
+    mut stopped_for: Option<StopReason>,
+) -> (Reaping, Option<StopReason>) {
     let r = reap(jobs, ledger);
     for &(num, status) in &r.exited {
         jobs.finish(num, status, stopped_for, src, ledger, fx);
+        let failed = ledger.failure_pending().then_some(StopReason::AuditFailure);
+        stopped_for = stopped_for.or(fx.first_trigger()).or(failed);
     }
-    r
+    (r, stopped_for)
 }
 
 /// While running, a job's exit is followed by the abandonment check.
@@ -106,8 +112,9 @@ pub fn reap_all(
     stopped_for: Option<StopReason>,
     running: Option<Running>,
 ) -> Peek {
-    let r = reap_and_finish(jobs, ledger, src, fx, stopped_for);
-    if let Some(run) = running.filter(|_| !r.exited.is_empty()) {
+    let (r, stopped_for) = reap_and_finish(jobs, ledger, src, fx, stopped_for);
+    let still_running = running.filter(|_| stopped_for.is_none() && !r.exited.is_empty());
+    if let Some(run) = still_running {
         match after_job_exit(r.last, run.me, jobs, ledger) {
             Some(t) => fx.trigger(t),
             None if run.exec_closes && jobs.is_empty() => fx.close(Closer::Own),
@@ -214,16 +221,14 @@ pub fn left_at_close(me: Ident) -> Result<Option<Trigger>, Trigger> {
     }
 }
 
-/// The stop procedure's view of the rooms, lent for one step: reaping
-/// (and finishing the jobs that end) is ownership's, records the ledger's.
+/// The stop procedure's view, lent for one step. The loop reaped (and
+/// applied what finishing the jobs returned) just before the step, so the
+/// jobs' records and replies come before the step's sweep, as they did
+/// when the stopper reaped itself; `peek` is what that reaping said.
 pub struct StopDesk<'a> {
     pub me: Ident,
-    pub jobs: &'a mut Jobs,
     pub ledger: &'a mut Ledger,
-    pub src: &'a mut Sources,
-    pub fx: &'a mut Effects,
-    /// Why the action is stopping (in the replies of jobs that end now).
-    pub reason: StopReason,
+    pub peek: Peek,
 }
 
 impl StopHost for StopDesk<'_> {
@@ -240,8 +245,7 @@ impl StopHost for StopDesk<'_> {
     }
 
     fn reap(&mut self) -> Peek {
-        let (jobs, ledger, src) = (&mut *self.jobs, &mut *self.ledger, &mut *self.src);
-        reap_and_finish(jobs, ledger, src, self.fx, Some(self.reason)).last
+        self.peek
     }
 
     fn uncertain(&mut self, st: &Stat, reason: Uncertainty, detail: &str) {

@@ -169,7 +169,8 @@ pub trait StopHost {
     /// Makes appended records durable. Signals go out even if this fails:
     /// stopping everything comes before the evidence.
     fn sync(&mut self);
-    /// Reaps every waitable child and returns what `waitid` says after.
+    /// Reaps every waitable child (or has just done so) and returns what
+    /// `waitid` said after.
     fn reap(&mut self) -> Peek;
     /// Records a live descendant that could not be proven (once per process).
     fn uncertain(&mut self, st: &Stat, reason: Uncertainty, detail: &str);
