@@ -10,11 +10,12 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
+use nix::poll::{poll, PollFd, PollFlags};
 
 /// Queued bytes per stream before the job's pipe stops being read.
 pub const HIGH_WATER: usize = 256 * 1024;
@@ -118,13 +119,8 @@ impl Passthrough {
             while !self.sinks[i].queue.is_empty() && std::time::Instant::now() < until {
                 self.flush(reg, i);
                 if !self.sinks[i].queue.is_empty() {
-                    let mut p = libc::pollfd {
-                        fd: self.sinks[i].file.as_raw_fd(),
-                        events: libc::POLLOUT,
-                        revents: 0,
-                    };
-                    // SAFETY: one valid pollfd.
-                    unsafe { libc::poll(&mut p, 1, 50) };
+                    let sink = PollFd::new(self.sinks[i].file.as_fd(), PollFlags::POLLOUT);
+                    let _ = poll(&mut [sink], 50u16); // bounded by `until`
                 }
             }
             if self.sinks[i].registered {
