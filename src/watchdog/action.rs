@@ -41,7 +41,7 @@ use crate::audit::record::{
 use crate::audit::{AuditError, AuditWriter};
 use crate::clock::millis;
 use crate::inventory;
-use crate::process::identity::{read_stat, read_uids, Stat};
+use crate::process::identity::{read_stat, read_uids, real_uid, Stat, UNKNOWN_UID};
 use crate::process::pidfd::VerifiedPidFd;
 use crate::process::reap::{self, Peek};
 use crate::process::scan::descendants;
@@ -988,19 +988,20 @@ impl Action {
     }
 
     /// Reaps every waitable child: job leaders through their pidfds, adopted
-    /// orphans by the pid the peek returned. Returns the last peek.
+    /// orphans through the `Zombie` the peek returned. Returns the last peek.
     fn reap_all(&mut self) -> Peek {
         let mut orphans = Vec::new();
         let mut finished = Vec::new();
         let last = loop {
             match reap::peek() {
-                Ok(Peek::Waitable(pid)) => {
+                Ok(Peek::Waitable(zombie)) => {
+                    let pid = zombie.pid();
                     let job = self
                         .jobs
                         .values_mut()
                         .find(|j| j.running() && j.leader.pid() == pid);
                     if let Some(job) = job {
-                        match reap::reap_pidfd(&job.leader) {
+                        match job.leader.try_reap() {
                             Ok(Some(status)) => {
                                 job.status = Some(status);
                                 finished.push(job.num);
@@ -1009,7 +1010,7 @@ impl Action {
                         }
                     } else {
                         let st = read_stat(pid).ok();
-                        match reap::reap_pid(pid) {
+                        match zombie.reap() {
                             Ok(Some(status)) => orphans.push(ReapedProc {
                                 pid,
                                 start_time: st.as_ref().map(|s| s.start_time),
@@ -1032,7 +1033,7 @@ impl Action {
             self.finish_job(num);
         }
         if any && self.phase == Phase::Running {
-            self.after_job_exit(last);
+            self.after_job_exit(&last);
         }
         last
     }
@@ -1118,7 +1119,7 @@ impl Action {
     /// `peek` is what waitid said after reaping: with ECHILD there is no
     /// descendant at all (every orphan comes back to the subreaper), so the
     /// `/proc` scan is skipped.
-    fn after_job_exit(&mut self, peek: Peek) {
+    fn after_job_exit(&mut self, peek: &Peek) {
         let scan = match peek {
             Peek::NoChildren => Ok(Vec::new()),
             _ => descendants(self.me.pid),
@@ -1274,11 +1275,13 @@ impl Action {
                 match descendants(self.me.pid) {
                     Ok(scan) if scan.is_empty() => self.finalize(),
                     Ok(scan) => {
+                        // A descendant whose uid cannot be read (gone since
+                        // the scan) is still listed with its pid, start time
+                        // and name, its uid as UNKNOWN_UID: it was there at
+                        // close, which is what this record says.
                         let left: Vec<Proc> = scan
                             .iter()
-                            .map(|s| {
-                                s.to_proc(read_uids(s.pid).map(|u| u.real).unwrap_or(u32::MAX))
-                            })
+                            .map(|s| s.to_proc(real_uid(s.pid).unwrap_or(UNKNOWN_UID)))
                             .collect();
                         let n = left.len();
                         self.trigger(
@@ -1489,7 +1492,9 @@ impl StopHost for Action {
         if !self.uncertain_seen.insert((st.pid, st.start_time)) {
             return;
         }
-        let uid = read_uids(st.pid).map(|u| u.real).unwrap_or(u32::MAX);
+        // An uncertain mapping is recorded even when the uid cannot be read
+        // (that is one way a mapping becomes uncertain): UNKNOWN_UID then.
+        let uid = real_uid(st.pid).unwrap_or(UNKNOWN_UID);
         Action::append(
             self,
             Event::MappingUncertain(crate::audit::record::MappingUncertain {
