@@ -8,12 +8,13 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{openat, OFlag};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::stat::Mode;
 use nix::unistd::mkfifoat;
 use serde::Deserialize;
@@ -215,7 +216,7 @@ impl Session {
                     if self.watchdog.has_exited() {
                         return Err(cerr("the watchdog exited"));
                     }
-                    wait_fd(w.as_fd().as_raw_fd(), libc::POLLOUT, 20);
+                    wait_fd(w.as_fd(), PollFlags::POLLOUT, 20);
                 }
                 Err(e) => return Err(cerr(format!("writing the request: {e}"))),
             }
@@ -273,22 +274,18 @@ impl Session {
             };
             // Wake on reply data or on the watchdog's exit, whichever first.
             let mut fds = [
-                libc::pollfd {
-                    fd: fifo.file.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.watchdog.as_fd().as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
+                PollFd::new(fifo.file.as_fd(), PollFlags::POLLIN),
+                PollFd::new(self.watchdog.as_fd(), PollFlags::POLLIN),
             ];
-            // SAFETY: two valid pollfds.
-            unsafe { libc::poll(fds.as_mut_ptr(), 2, wait.as_millis() as libc::c_int) };
+            // An error (EINTR) is a wake-up like any other: the loop re-checks.
+            let _ = poll(
+                &mut fds,
+                PollTimeout::try_from(wait).unwrap_or(PollTimeout::MAX),
+            );
+            let fifo_ev = fds[0].revents().unwrap_or(PollFlags::empty());
             // A FIFO reports POLLHUP only after a writer came and went: the
             // watchdog closed this channel and nothing more will arrive.
-            if fds[0].revents & libc::POLLHUP != 0 && fds[0].revents & libc::POLLIN == 0 {
+            if fifo_ev.contains(PollFlags::POLLHUP) && !fifo_ev.contains(PollFlags::POLLIN) {
                 let mut rest = Vec::new();
                 let _ = fifo.file.read_to_end(&mut rest);
                 if rest.is_empty() && self.watchdog.has_exited() {
@@ -370,14 +367,9 @@ impl Session {
     }
 }
 
-fn wait_fd(fd: i32, events: libc::c_short, ms: i32) {
-    let mut p = libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut p, 1, ms) };
+/// Waits (at most `ms`) for `events` on `fd`; the caller re-checks why.
+fn wait_fd(fd: BorrowedFd<'_>, events: PollFlags, ms: u16) {
+    let _ = poll(&mut [PollFd::new(fd, events)], ms);
 }
 
 /// Resolves a command like execvp would, to the absolute path sent in argv[0].

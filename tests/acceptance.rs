@@ -1165,7 +1165,7 @@ fn stale_caller_identity_is_refused_even_after_pid_reuse() {
     // the dead one, so it is refused and the new process is not touched.
     match child_with_pid(old_ident) {
         Some(mut reused) => {
-            let held = rea::process::pidfd::bind_child(reused.id() as i32).unwrap();
+            let held = rea::process::pidfd::bind_unwaited_child(&reused).unwrap();
             for (op, id) in [("spawn", "reused-spawn"), ("stop", "reused-stop")] {
                 let req = if op == "spawn" {
                     spawn(id, old_ident)

@@ -663,7 +663,7 @@ fn a_dead_caller_is_refused() {
     let m = b.marker("dead");
     // A child that exited but is not reaped yet (a zombie) is not alive.
     let mut child = Command::new("/bin/true").spawn().unwrap();
-    let fd = rea::process::pidfd::bind_child(child.id() as i32).unwrap();
+    let fd = rea::process::pidfd::bind_unwaited_child(&child).unwrap();
     let st = fd.proc().start_time;
     assert!(wait_readable(&fd, PATIENCE));
     let zombie = caller(child.id() as i32, st, 0);

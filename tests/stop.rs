@@ -27,7 +27,7 @@ use common::stop::*;
 use nix::sys::signal::Signal;
 use rea::audit::record::{Event, Ident, SignalSweep, Stage, StopReason, Uncertainty};
 use rea::process::identity::{read_stat, Stat};
-use rea::process::pidfd::{bind, bind_child, bind_ident, send_signal, BindError, VerifiedPidFd};
+use rea::process::pidfd::{bind, bind_ident, bind_unwaited_child, BindError, VerifiedPidFd};
 use rea::process::reap::Peek;
 use rea::watchdog::stop::{Step, StopHost, Stopper};
 use serde_json::{json, Value};
@@ -277,7 +277,7 @@ fn mapping_refused_for_a_descendant_that_changed_uid() {
         uid: NOBODY,
     })
     .expect("bind the uid-changed process as nobody");
-    send_signal(&fd, Signal::SIGKILL).unwrap();
+    fd.signal(Signal::SIGKILL).unwrap();
     assert!(wait_readable(&fd, PATIENCE));
     t.assert_gone(&sibling, &w.run_id());
 }
@@ -479,7 +479,7 @@ fn a_term_stage_that_overran_still_gets_a_kill_sweep() {
         .stdin(Stdio::null())
         .spawn()
         .expect("spawn sh");
-    let sh_fd = bind_child(sh.id() as i32).unwrap();
+    let sh_fd = bind_unwaited_child(&sh).unwrap();
     let mut held = Held::default();
     let sleeper = wait_for(PATIENCE, "the TERM-ignoring sleep", || {
         rea::process::scan::descendants(sh.id() as i32)
@@ -626,7 +626,7 @@ struct Reused {
 
 impl Drop for Reused {
     fn drop(&mut self) {
-        let _ = send_signal(&self.fd, Signal::SIGKILL);
+        let _ = self.fd.signal(Signal::SIGKILL);
         let _ = self.newcomer.wait();
     }
 }
@@ -652,7 +652,7 @@ fn spawn_sleeper() -> (Child, VerifiedPidFd) {
         .stdin(Stdio::null())
         .spawn()
         .expect("spawn sleep");
-    let fd = bind_child(c.id() as i32).expect("bind own child");
+    let fd = bind_unwaited_child(&c).expect("bind own child");
     (c, fd)
 }
 
@@ -668,7 +668,7 @@ fn force_pid_reuse() -> Reused {
         wait_for(PATIENCE, "a clock tick", || {
             (clock_ticks_now() > stale.start_time + 1).then_some(())
         });
-        send_signal(&vfd, Signal::SIGKILL).unwrap();
+        vfd.signal(Signal::SIGKILL).unwrap();
         victim.wait().unwrap();
         drop(vfd);
         std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", pid - 1))
@@ -688,7 +688,7 @@ fn force_pid_reuse() -> Reused {
                 };
             }
         }
-        send_signal(&fd, Signal::SIGKILL).unwrap();
+        fd.signal(Signal::SIGKILL).unwrap();
         newcomer.wait().unwrap();
     }
     panic!("could not make a new process take a freed pid");
@@ -1083,9 +1083,9 @@ impl Drop for Controller {
             let _ = c.wait();
         }
         if !self.watchdog.has_exited() {
-            let _ = send_signal(&self.watchdog, Signal::SIGTERM);
+            let _ = self.watchdog.signal(Signal::SIGTERM);
             if !wait_readable(&self.watchdog, Duration::from_secs(10)) {
-                let _ = send_signal(&self.watchdog, Signal::SIGKILL);
+                let _ = self.watchdog.signal(Signal::SIGKILL);
             }
         }
         // `clients` (Held) kills what is left when it drops.

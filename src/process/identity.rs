@@ -26,7 +26,9 @@ impl Stat {
         self.state == b'Z' || self.state == b'X'
     }
 
-    /// The record form of this process, with the uid read separately.
+    /// The record form of this process, with the uid read separately
+    /// ([`real_uid`]; a record's `uid` is required, so a caller holding
+    /// `None` decides per site, e.g. [`UNKNOWN_UID`]).
     pub fn to_proc(&self, uid: u32) -> Proc {
         Proc {
             pid: self.pid,
@@ -147,6 +149,20 @@ pub fn read_uids(pid: i32) -> io::Result<Uids> {
         )
     })
 }
+
+/// The real uid of `pid`, or `None` when it is unknown: the process is
+/// gone since it was seen, or its status could not be read.
+pub fn real_uid(pid: i32) -> Option<u32> {
+    read_uids(pid).ok().map(|u| u.real)
+}
+
+/// What a record's `uid` says for a process whose uid could not be read
+/// ([`real_uid`] gave `None`) where the record must still be written (the
+/// record schema requires a `uid`): `(uid_t)-1`, which the kernel itself
+/// treats as "no uid" (`INVALID_UID`; `setresuid(-1)` means "unchanged"),
+/// so no process can really have it and a reader cannot mistake it for an
+/// account. Never used to decide anything, only to record.
+pub const UNKNOWN_UID: u32 = u32::MAX;
 
 /// This process's own start time (what a caller puts in a request).
 pub fn self_start_time() -> io::Result<u64> {

@@ -4,16 +4,22 @@
 //! names the process the watchdog meant: either its own unreaped child
 //! (whose pid cannot be reused until it is reaped), or a process whose
 //! start time, uids and parent were read back *after* `pidfd_open` and
-//! matched. [`send_signal`] takes nothing else, so no signal can reach a
-//! process by a guessed, remembered or reused pid.
+//! matched. Like systemd's `PidRef` (`src/basic/pidref.c`: `pidref_kill`,
+//! `pidref_wait`), the identity carries its operations:
+//! [`VerifiedPidFd::signal`] is the only code in the crate that sends a
+//! signal, and [`VerifiedPidFd::try_reap`] reaps through the same fd, so no
+//! signal or wait can reach a process by a guessed, remembered or reused pid.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 
+use super::forked::Forked;
 use super::identity::{is_gone, read_stat, read_uids, Stat};
-use crate::vocab::{Ident, Proc, Uncertainty};
+use super::reap;
+use crate::vocab::{Ident, Proc, Status, Uncertainty};
 
 /// A pidfd proven to refer to `proc`. Only this module constructs one.
 #[derive(Debug)]
@@ -37,14 +43,45 @@ impl VerifiedPidFd {
 
     /// True once the process has exited (the pidfd polls readable).
     pub fn has_exited(&self) -> bool {
-        let mut p = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
+        let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+        matches!(poll(&mut fds, PollTimeout::ZERO), Ok(1))
+            && fds[0]
+                .revents()
+                .is_some_and(|r| r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP))
+    }
+
+    /// The crate's only way to send a signal (`pidfd_send_signal`; the
+    /// clippy.toml ban on every other one points here). ESRCH (already
+    /// exited) is Ok: the pidfd still names the process it was bound to,
+    /// never a successor.
+    pub fn signal(&self, sig: Signal) -> io::Result<()> {
+        // SAFETY: pidfd_send_signal(pidfd, sig, info = NULL, flags = 0) on
+        // an fd this value owns; the kernel reads no memory of ours.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.fd.as_raw_fd(),
+                sig as libc::c_int,
+                std::ptr::null::<libc::siginfo_t>(),
+                0u32,
+            )
         };
-        // SAFETY: one valid pollfd, zero timeout.
-        let n = unsafe { libc::poll(&mut p, 1, 0) };
-        n == 1 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                return Ok(());
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Reaps the process through this pidfd (`waitid(P_PIDFD)`, never by
+    /// pid). `None` while it still runs (or when a tracer made the fd
+    /// readable with nothing to reap: try again later). Only this process's
+    /// own children can be reaped: for any other it is ECHILD.
+    pub fn try_reap(&self) -> io::Result<Option<Status>> {
+        reap::reap_pidfd(self.fd.as_fd())
     }
 }
 
@@ -200,10 +237,27 @@ pub fn bind_ident(ident: Ident) -> Result<VerifiedPidFd, BindError> {
     })
 }
 
-/// Binds the caller's own child, which it has not reaped: until it is
-/// reaped its pid cannot name another process, so no read-back is needed
-/// to trust the fd (it is still read for the record).
-pub fn bind_child(pid: i32) -> io::Result<VerifiedPidFd> {
+/// Binds a child the watchdog just forked ([`Forked::spawn`]), consuming
+/// it: nothing could have waited on it, and until it is reaped its pid
+/// cannot name another process, so no read-back is needed to trust the fd
+/// (`/proc` is still read for the record).
+pub fn bind_child(child: Forked) -> io::Result<VerifiedPidFd> {
+    bind_own_child(child.pid())
+}
+
+/// Binds a `std::process::Child` its caller still holds (the tests and the
+/// bench start processes with std's `Command` and wait on them later).
+///
+/// Weaker than [`bind_child`], hence the separate name: the type cannot
+/// show that `child` was never waited on. The caller must not have called
+/// `wait`/`try_wait`/`wait_with_output` on it with success; a reaped pid may
+/// since name another process. The parent check below catches a successor
+/// that is not this process's child, not one that is.
+pub fn bind_unwaited_child(child: &std::process::Child) -> io::Result<VerifiedPidFd> {
+    bind_own_child(child.id() as i32)
+}
+
+fn bind_own_child(pid: i32) -> io::Result<VerifiedPidFd> {
     let fd = pidfd_open(pid)?;
     let st = read_stat(pid)?;
     if st.ppid != nix::unistd::getpid().as_raw() {
@@ -211,32 +265,38 @@ pub fn bind_child(pid: i32) -> io::Result<VerifiedPidFd> {
             "pid {pid} is not this process's child"
         )));
     }
-    let uid = read_uids(pid).map(|u| u.real).unwrap_or(u32::MAX);
+    // The uid is never unknown here: an unreaped child's `/proc/PID/status`
+    // is readable (a zombie's too) for as long as its `stat` is, so a
+    // failure is an error like a failed `stat`, not a placeholder uid.
+    let uid = read_uids(pid)?.real;
     Ok(VerifiedPidFd {
         fd,
         proc: st.to_proc(uid),
     })
 }
 
-/// The crate's only way to send a signal. ESRCH (already exited) is Ok:
-/// the pidfd still names the process it was bound to, never a successor.
-pub fn send_signal(target: &VerifiedPidFd, sig: Signal) -> io::Result<()> {
-    // SAFETY: pidfd_send_signal(pidfd, sig, info = NULL, flags = 0).
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            target.fd.as_raw_fd(),
-            sig as libc::c_int,
-            std::ptr::null::<libc::siginfo_t>(),
-            0u32,
-        )
-    };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::ESRCH) {
-            return Ok(());
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+
+    #[test]
+    fn forked_child_is_bound_signalled_and_reaped_through_its_pidfd() {
+        let mut cmd = Command::new("/bin/sleep");
+        cmd.arg("30").stdin(Stdio::null());
+        let child = Forked::spawn(&mut cmd).unwrap();
+        let pid = child.pid();
+        let fd = bind_child(child).unwrap();
+        assert_eq!(fd.pid(), pid);
+        assert_eq!(fd.proc().uid, nix::unistd::getuid().as_raw());
+        assert_eq!(fd.try_reap().unwrap(), None, "still running");
+        fd.signal(Signal::SIGKILL).unwrap();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !fd.has_exited() && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        return Err(e);
+        assert_eq!(fd.try_reap().unwrap(), Some(Status::Signal(libc::SIGKILL)));
+        // Reaped: signalling the same identity again reaches nothing.
+        fd.signal(Signal::SIGKILL).unwrap();
     }
-    Ok(())
 }

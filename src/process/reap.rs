@@ -1,23 +1,54 @@
 //! Reaping without stealing.
 //!
 //! `peek` asks `waitid(P_ALL, WNOWAIT)` which child is waitable without
-//! consuming it; a tracked child is then reaped through its own pidfd and
-//! an adopted orphan by the pid the peek just returned (it is a zombie we
-//! have not reaped, so the pid cannot have been reused). `__WALL` makes
-//! children with an unusual exit signal visible too, so ECHILD means none.
+//! consuming it. A tracked child is then reaped through its own pidfd
+//! ([`VerifiedPidFd::try_reap`](super::pidfd::VerifiedPidFd::try_reap)); an
+//! adopted orphan only through the [`Zombie`] the peek returned, which no
+//! other code can make: there is no "reap this pid" in the API. `__WALL`
+//! makes children with an unusual exit signal visible too, so ECHILD means
+//! none.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use crate::vocab::Status;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What `waitid(P_ALL, WNOWAIT)` said. Not `Clone`: a [`Zombie`] is reaped
+/// at most once.
+#[derive(Debug, PartialEq, Eq)]
 pub enum Peek {
     /// ECHILD: the caller has no child at all, running or zombie.
     NoChildren,
     /// Children exist; none is waitable now.
     NothingWaitable,
-    Waitable(i32),
+    /// This child has exited and is not reaped yet.
+    Waitable(Zombie),
+}
+
+/// A child that the `WNOWAIT` peek found waitable: exited, not reaped.
+///
+/// Only [`peek`] makes one (the field is private), and reaping consumes
+/// it. Its pid is safe to wait on because only a parent can reap a child:
+/// until this process reaps it, the zombie keeps its pid and the pid names
+/// nothing else. That holds as long as nothing else in this process reaps
+/// by `P_ALL`/`-1` or by this pid between the peek and [`Zombie::reap`]; the
+/// watchdog reaps in one place, and drops its `std::process::Child` handles
+/// without waiting on them.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Zombie {
+    pid: i32,
+}
+
+impl Zombie {
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Reaps this child. `None` if it was not waitable after all (someone
+    /// else reaped it first, or a tracer's stop was what the peek saw).
+    pub fn reap(self) -> io::Result<Option<Status>> {
+        Ok(waitid(libc::P_PID, self.pid as libc::id_t, 0)?.map(|(_, s)| s))
+    }
 }
 
 fn waitid(
@@ -60,20 +91,15 @@ fn waitid(
 /// Which child, if any, could be reaped now (nothing is consumed).
 pub fn peek() -> io::Result<Peek> {
     match waitid(libc::P_ALL, 0, libc::WNOWAIT) {
-        Ok(Some((pid, _))) => Ok(Peek::Waitable(pid)),
+        Ok(Some((pid, _))) => Ok(Peek::Waitable(Zombie { pid })),
         Ok(None) => Ok(Peek::NothingWaitable),
         Err(e) if e.raw_os_error() == Some(libc::ECHILD) => Ok(Peek::NoChildren),
         Err(e) => Err(e),
     }
 }
 
-/// Reaps a child that `peek` returned. `None` if it was not waitable.
-pub fn reap_pid(pid: i32) -> io::Result<Option<Status>> {
-    Ok(waitid(libc::P_PID, pid as libc::id_t, 0)?.map(|(_, s)| s))
-}
-
-/// Reaps the child behind a pidfd. `None` while it still runs (or when a
-/// tracer made the fd readable with nothing to reap: try again later).
-pub fn reap_pidfd(fd: &impl AsFd) -> io::Result<Option<Status>> {
-    Ok(waitid(libc::P_PIDFD, fd.as_fd().as_raw_fd() as libc::id_t, 0)?.map(|(_, s)| s))
+/// Reaps the child behind a pidfd (`P_PIDFD`): what
+/// [`VerifiedPidFd::try_reap`](super::pidfd::VerifiedPidFd::try_reap) does.
+pub(super) fn reap_pidfd(fd: BorrowedFd<'_>) -> io::Result<Option<Status>> {
+    Ok(waitid(libc::P_PIDFD, fd.as_raw_fd() as libc::id_t, 0)?.map(|(_, s)| s))
 }

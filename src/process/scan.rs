@@ -74,7 +74,7 @@ mod tests {
             .find(|s| s.pid == grandchild)
             .map(|s| crate::process::pidfd::bind(s, uid, |p| p == sh));
         if let Some(Ok(fd)) = &bound {
-            crate::process::pidfd::send_signal(fd, nix::sys::signal::Signal::SIGKILL).unwrap();
+            fd.signal(nix::sys::signal::Signal::SIGKILL).unwrap();
         }
         let _ = child.wait();
         assert!(pids.contains(&sh), "{pids:?}");

@@ -18,7 +18,7 @@ use std::path::Path;
 
 use crate::audit::record::{Counts, Event, MappingUncertain};
 use crate::audit::{AuditError, AuditWriter};
-use crate::process::identity::{read_uids, Stat};
+use crate::process::identity::{real_uid, Stat, UNKNOWN_UID};
 use crate::vocab::{bounded, Uncertainty};
 
 pub struct Ledger {
@@ -83,7 +83,9 @@ impl Ledger {
         if !self.uncertain.insert((st.pid, st.start_time)) {
             return;
         }
-        let uid = read_uids(st.pid).map(|u| u.real).unwrap_or(u32::MAX);
+        // Recorded, never decided on: a process whose uid cannot be read is
+        // uncertain already, and the record needs a uid.
+        let uid = real_uid(st.pid).unwrap_or(UNKNOWN_UID);
         self.append(Event::MappingUncertain(MappingUncertain {
             process: st.to_proc(uid),
             reason,

@@ -19,7 +19,7 @@ use super::ledger::Ledger;
 use super::sources::Sources;
 use super::stop::{StopHost, Trigger};
 use crate::audit::record::{Event, Reaped, ReapedProc};
-use crate::process::identity::{read_stat, read_uids, Stat, Uids};
+use crate::process::identity::{read_stat, read_uids, real_uid, Stat, Uids, UNKNOWN_UID};
 use crate::process::reap::{self, Peek};
 use crate::process::scan::descendants;
 use crate::vocab::{Ident, Proc, Status, StopReason, Uncertainty};
@@ -40,9 +40,10 @@ pub fn reap(jobs: &mut Jobs, ledger: &mut Ledger) -> Reaping {
     let mut exited = Vec::new();
     let last = loop {
         match reap::peek() {
-            Ok(Peek::Waitable(pid)) => {
+            Ok(Peek::Waitable(zombie)) => {
+                let pid = zombie.pid();
                 if let Some(job) = jobs.by_leader_mut(pid) {
-                    match reap::reap_pidfd(&job.leader) {
+                    match job.leader.try_reap() {
                         Ok(Some(status)) => {
                             job.status = Some(status);
                             exited.push((job.num, status));
@@ -51,7 +52,7 @@ pub fn reap(jobs: &mut Jobs, ledger: &mut Ledger) -> Reaping {
                     }
                 } else {
                     let st = read_stat(pid).ok();
-                    match reap::reap_pid(pid) {
+                    match zombie.reap() {
                         Ok(Some(status)) => orphans.push(ReapedProc {
                             pid,
                             start_time: st.as_ref().map(|s| s.start_time),
@@ -115,7 +116,7 @@ pub fn reap_all(
     let (r, stopped_for) = reap_and_finish(jobs, ledger, src, fx, stopped_for);
     let still_running = running.filter(|_| stopped_for.is_none() && !r.exited.is_empty());
     if let Some(run) = still_running {
-        match after_job_exit(r.last, run.me, jobs, ledger) {
+        match after_job_exit(&r.last, run.me, jobs, ledger) {
             Some(t) => fx.trigger(t),
             None if run.exec_closes && jobs.is_empty() => fx.close(Closer::Own),
             None => {}
@@ -158,7 +159,7 @@ pub fn classify(
 /// what `waitid` said after reaping; with ECHILD there is no descendant at
 /// all (every orphan comes back to the subreaper) and `/proc` is not read.
 /// Unprovable descendants are recorded as uncertain mappings here.
-pub fn after_job_exit(last: Peek, me: Ident, jobs: &Jobs, ledger: &mut Ledger) -> Option<Trigger> {
+pub fn after_job_exit(last: &Peek, me: Ident, jobs: &Jobs, ledger: &mut Ledger) -> Option<Trigger> {
     let scan = match last {
         Peek::NoChildren => Vec::new(),
         _ => match descendants(me.pid) {
@@ -207,7 +208,8 @@ pub fn left_at_close(me: Ident) -> Result<Option<Trigger>, Trigger> {
         Ok(scan) => {
             let left: Vec<Proc> = scan
                 .iter()
-                .map(|s| s.to_proc(read_uids(s.pid).map(|u| u.real).unwrap_or(u32::MAX)))
+                // Named in the record only; every one of them is stopped.
+                .map(|s| s.to_proc(real_uid(s.pid).unwrap_or(UNKNOWN_UID)))
                 .collect();
             let detail = format!("{} descendant(s) left at close", left.len());
             Ok(Some(
@@ -245,7 +247,7 @@ impl StopHost for StopDesk<'_> {
     }
 
     fn reap(&mut self) -> Peek {
-        self.peek
+        std::mem::replace(&mut self.peek, Peek::NothingWaitable)
     }
 
     fn uncertain(&mut self, st: &Stat, reason: Uncertainty, detail: &str) {

@@ -10,10 +10,11 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 use mio::{Interest, Token};
+use nix::poll::{poll, PollFd, PollFlags};
 
 use super::sources::{Source, Sources};
 
@@ -110,13 +111,8 @@ impl Passthrough {
             while !self.sinks[i].queue.is_empty() && std::time::Instant::now() < until {
                 self.flush(src, i);
                 if !self.sinks[i].queue.is_empty() {
-                    let mut p = libc::pollfd {
-                        fd: self.sinks[i].file.as_raw_fd(),
-                        events: libc::POLLOUT,
-                        revents: 0,
-                    };
-                    // SAFETY: one valid pollfd.
-                    unsafe { libc::poll(&mut p, 1, 50) };
+                    let sink = PollFd::new(self.sinks[i].file.as_fd(), PollFlags::POLLOUT);
+                    let _ = poll(&mut [sink], 50u16); // bounded by `until`
                 }
             }
             if let Some(token) = self.sinks[i].token.take() {

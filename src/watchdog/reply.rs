@@ -13,6 +13,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use mio::{Interest, Token};
 use nix::fcntl::{openat, AtFlags, OFlag};
+use nix::poll::{poll, PollFd, PollFlags};
 use nix::sys::stat::{fstat, fstatat, Mode};
 
 use super::sources::{Source, Sources};
@@ -160,13 +161,8 @@ impl Replies {
                 }
                 if let Some(c) = self.chans.get(&chan) {
                     if !c.queue.is_empty() {
-                        let mut p = libc::pollfd {
-                            fd: c.file.as_raw_fd(),
-                            events: libc::POLLOUT,
-                            revents: 0,
-                        };
-                        // SAFETY: one valid pollfd.
-                        unsafe { libc::poll(&mut p, 1, 50) };
+                        let chan = PollFd::new(c.file.as_fd(), PollFlags::POLLOUT);
+                        let _ = poll(&mut [chan], 50u16); // bounded by `until`
                     }
                 }
             }

@@ -19,6 +19,7 @@ use std::process::{Command, Stdio};
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 
 use super::priority::Base;
+use crate::process::forked::Forked;
 use crate::process::identity::read_stat;
 use crate::process::pidfd::{bind_child, VerifiedPidFd};
 use crate::protocol::RefusalReason;
@@ -71,6 +72,14 @@ fn child_setup(parent: libc::pid_t, nofile: libc::rlimit, priority: Base) -> io:
         {
             return Err(io::Error::last_os_error());
         }
+        // The re-check after arming PDEATHSIG comes from systemd's
+        // `pidref_safe_fork_full` (src/basic/process-util.c), which compares
+        // getppid() with the pid it had before fork() and, if they differ,
+        // emulates the death signal: the parent died before the prctl, so
+        // the signal it armed will never come. Here the child just exits
+        // (125, before exec). systemd also lets `getppid() == 0` pass (a
+        // parent in another PID namespace); the watchdog's jobs are always
+        // in its own namespace, so 0 is a mismatch like any other.
         if libc::getppid() != parent {
             // The watchdog died before PDEATHSIG was armed: never run unowned.
             libc::_exit(125);
@@ -129,6 +138,8 @@ struct Execve {
 // SAFETY: the pointers point into `_strings`' heap buffers, owned by the
 // same value and never changed; the value is only read, in the child.
 unsafe impl Send for Execve {}
+// SAFETY: as for `Send`: nothing writes through the pointers, so shared
+// references on several threads only ever read immutable buffers.
 unsafe impl Sync for Execve {}
 
 impl Execve {
@@ -207,28 +218,26 @@ pub fn spawn(l: &Launch<'_>) -> Result<Spawned, SpawnError> {
     }
     // std's spawn returns once exec succeeded (or reaps the child and returns
     // exec's errno), so the setup above has happened when we read /proc.
-    let mut child = cmd.spawn().map_err(|e| classify(&e))?;
-    let pid = child.id() as i32;
+    let mut child = Forked::spawn(&mut cmd).map_err(|e| classify(&e))?;
+    let pid = child.pid();
     let internal = |what: &str, e: io::Error| SpawnError {
         errno: e.raw_os_error().unwrap_or(0),
         reason: RefusalReason::SpawnFailed,
         detail: format!("{what}: {e}"),
     };
-    let leader = bind_child(pid).map_err(|e| internal("pidfd_open", e))?;
-    let st = read_stat(pid).map_err(|e| internal("reading /proc after exec", e))?;
     let stdout: OwnedFd = child
-        .stdout
-        .take()
+        .take_stdout()
         .ok_or_else(|| internal("stdout pipe", io::Error::other("missing")))?
         .into();
     let stderr: OwnedFd = child
-        .stderr
-        .take()
+        .take_stderr()
         .ok_or_else(|| internal("stderr pipe", io::Error::other("missing")))?
         .into();
+    // `child` is consumed without wait(): the watchdog reaps through the pidfd.
+    let leader = bind_child(child).map_err(|e| internal("pidfd_open", e))?;
+    let st = read_stat(pid).map_err(|e| internal("reading /proc after exec", e))?;
     set_nonblocking(&stdout).map_err(|e| internal("stdout pipe", e))?;
     set_nonblocking(&stderr).map_err(|e| internal("stderr pipe", e))?;
-    // `child` is dropped without wait(): the watchdog reaps through the pidfd.
     Ok(Spawned {
         leader,
         sid: st.sid,

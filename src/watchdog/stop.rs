@@ -37,7 +37,7 @@ use crate::audit::record::{
 };
 use crate::clock::millis;
 use crate::process::identity::Stat;
-use crate::process::pidfd::{bind, send_signal, BindError, VerifiedPidFd};
+use crate::process::pidfd::{bind, BindError, VerifiedPidFd};
 use crate::process::reap::Peek;
 use crate::process::scan::descendants;
 use crate::vocab::bounded;
@@ -345,7 +345,7 @@ impl Stopper {
                     Sig::Cont => Signal::SIGCONT,
                     Sig::Kill => Signal::SIGKILL,
                 };
-                if let Err(e) = send_signal(&t, s) {
+                if let Err(e) = t.signal(s) {
                     host.append(Event::SignalFailed(SignalFailed {
                         sweep: part.sweep,
                         target: t.ident(),

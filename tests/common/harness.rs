@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use rea::audit::record::Ident;
-use rea::process::pidfd::{bind_child, bind_ident, send_signal, BindError, VerifiedPidFd};
+use rea::process::pidfd::{bind_ident, bind_unwaited_child, BindError, VerifiedPidFd};
 use serde_json::Value;
 
 /// Bound for anything a test waits for: generous, for a loaded 2-core box.
@@ -115,15 +115,15 @@ pub fn wait_readable(fd: &impl AsFd, limit: Duration) -> bool {
 
 /// Sends a signal to a process this test started (its own unreaped child).
 pub fn signal_child(child: &Child, sig: Signal) {
-    let fd = bind_child(child.id() as i32).expect("bind own child");
-    send_signal(&fd, sig).expect("signal own child");
+    let fd = bind_unwaited_child(child).expect("bind own child");
+    fd.signal(sig).expect("signal own child");
 }
 
 /// Waits for a child with a bound; on timeout kills it and panics.
 pub fn wait_child(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let fd = bind_child(child.id() as i32).expect("bind own child");
+    let fd = bind_unwaited_child(child).expect("bind own child");
     if !wait_readable(&fd, limit) {
-        let _ = send_signal(&fd, Signal::SIGKILL);
+        let _ = fd.signal(Signal::SIGKILL);
         let _ = child.wait();
         panic!("child {} did not exit within {limit:?}", child.id());
     }
@@ -197,7 +197,7 @@ impl Watchdog {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         let mut child = cmd.spawn().expect("spawn rea-watchdog run");
-        let pidfd = bind_child(child.id() as i32).expect("bind watchdog");
+        let pidfd = bind_unwaited_child(&child).expect("bind watchdog");
         let stdout = child.stdout.take().unwrap();
         let mut w = Watchdog {
             child: Some(child),
@@ -292,7 +292,7 @@ impl Watchdog {
     }
 
     pub fn signal(&self, sig: Signal) {
-        send_signal(&self.pidfd, sig).expect("signal watchdog");
+        self.pidfd.signal(sig).expect("signal watchdog");
     }
 
     /// Waits for the watchdog to exit; returns its status and reads the
@@ -332,10 +332,10 @@ impl Drop for Watchdog {
     /// operator would: SIGTERM (it stops its action), then SIGKILL.
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            if let Ok(fd) = bind_child(child.id() as i32) {
-                let _ = send_signal(&fd, Signal::SIGTERM);
+            if let Ok(fd) = bind_unwaited_child(&child) {
+                let _ = fd.signal(Signal::SIGTERM);
                 if !wait_readable(&fd, Duration::from_secs(10)) {
-                    let _ = send_signal(&fd, Signal::SIGKILL);
+                    let _ = fd.signal(Signal::SIGKILL);
                 }
             }
             let _ = child.wait();
@@ -619,7 +619,7 @@ impl Held {
         let mut n = 0;
         for (_, fd) in &self.fds {
             if !fd.has_exited() {
-                let _ = send_signal(fd, Signal::SIGKILL);
+                let _ = fd.signal(Signal::SIGKILL);
                 n += 1;
             }
         }
@@ -648,7 +648,7 @@ impl Sibling {
             .stdout(Stdio::null())
             .spawn()
             .expect("start sibling");
-        let pidfd = bind_child(child.id() as i32).expect("bind sibling");
+        let pidfd = bind_unwaited_child(&child).expect("bind sibling");
         Sibling {
             child: Some(child),
             pidfd,
@@ -674,7 +674,7 @@ impl Sibling {
 
 impl Drop for Sibling {
     fn drop(&mut self) {
-        let _ = send_signal(&self.pidfd, Signal::SIGKILL);
+        let _ = self.pidfd.signal(Signal::SIGKILL);
         if let Some(mut c) = self.child.take() {
             let _ = c.wait();
         }

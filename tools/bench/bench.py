@@ -922,7 +922,7 @@ def section7_md(w, s7):
         ("bind_all_ms", "`pidfd::bind` of the tree (pidfd_open + stat + status, std reads)"),
         ("bind_all_one_read_ms", "the same checks with one-read files"),
         ("poll_has_exited_ms", "`has_exited` poll of every held pidfd"),
-        ("sigkill_loop_ms", "SIGKILL loop (`send_signal`), victims' exits included"),
+        ("sigkill_loop_ms", "SIGKILL loop (`VerifiedPidFd::signal`), victims' exits included"),
         ("reap_peek_stat_pid_ms", "reap as `reap_all` does (peek + zombie's stat + reap by pid)"),
         ("reap_held_pidfd_ms", "reap through the pidfds already held (`waitid(P_PIDFD)`)"),
     ]

@@ -6,7 +6,7 @@
 //!     cargo run --release --example procscan -- N REPS
 //!
 //! Only this process's own children are signalled, through the library's
-//! verified pidfds (`bind_child` + `send_signal`). Prints one JSON object:
+//! verified pidfds (`bind_unwaited_child` + `VerifiedPidFd::signal`). Prints one JSON object:
 //! median milliseconds per pass over all N processes.
 
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -15,8 +15,8 @@ use std::time::Instant;
 
 use nix::sys::signal::Signal;
 use rea::process::identity::{read_stat, read_uids};
-use rea::process::pidfd::{bind, bind_child, send_signal, VerifiedPidFd};
-use rea::process::reap::{peek, reap_pid, reap_pidfd, Peek};
+use rea::process::pidfd::{bind, bind_unwaited_child, VerifiedPidFd};
+use rea::process::reap::{peek, Peek};
 use rea::process::scan::descendants;
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -52,6 +52,7 @@ fn read_raw(path: &std::ffi::CStr, buf: &mut [u8]) -> usize {
 fn pidfd_open(pid: i32) -> Option<OwnedFd> {
     // SAFETY: pidfd_open(pid, 0) returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    // SAFETY: a non-negative result is a new fd that nothing else owns.
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
@@ -63,7 +64,7 @@ fn spawn(n: usize) -> Vec<(std::process::Child, VerifiedPidFd)> {
                 .stdin(Stdio::null())
                 .spawn()
                 .expect("spawn sleep");
-            let fd = bind_child(c.id() as i32).expect("bind own child");
+            let fd = bind_unwaited_child(&c).expect("bind own child");
             (c, fd)
         })
         .collect()
@@ -72,7 +73,7 @@ fn spawn(n: usize) -> Vec<(std::process::Child, VerifiedPidFd)> {
 fn kill_all(kids: &[(std::process::Child, VerifiedPidFd)]) -> f64 {
     let t = Instant::now();
     for (_, fd) in kids {
-        send_signal(fd, Signal::SIGKILL).expect("signal own child");
+        fd.signal(Signal::SIGKILL).expect("signal own child");
     }
     let ms = t.elapsed().as_secs_f64() * 1e3;
     // Wait until every one is a zombie (its pidfd polls readable).
@@ -207,13 +208,14 @@ fn main() {
         }),
     );
     // Signalling and reaping: the current way (peek, read the zombie's
-    // stat, reap by pid) and through the pidfd already held (no /proc read).
+    // stat, reap the Zombie it returned) and through the pidfd already held
+    // (no /proc read).
     put("sigkill_loop_ms", kill_all(&kids));
     let t = Instant::now();
     let mut reaped = 0;
-    while let Peek::Waitable(pid) = peek().unwrap() {
-        let _ = read_stat(pid);
-        reap_pid(pid).unwrap();
+    while let Peek::Waitable(zombie) = peek().unwrap() {
+        let _ = read_stat(zombie.pid());
+        zombie.reap().unwrap();
         reaped += 1;
     }
     put("reap_peek_stat_pid_ms", t.elapsed().as_secs_f64() * 1e3);
@@ -224,7 +226,7 @@ fn main() {
     kill_all(&kids);
     let t = Instant::now();
     for (_, fd) in &kids {
-        reap_pidfd(fd).unwrap();
+        fd.try_reap().unwrap();
     }
     put("reap_held_pidfd_ms", t.elapsed().as_secs_f64() * 1e3);
     // The std Child handles were never waited: forget them (already reaped).
