@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::audit::record::{
-    Event, Ident, Link, Proc, Sig, SignalFailed, SignalSweep, Stage, StopCompleted, StopPriority,
-    StopReason, StopTriggered, Uncertainty,
+    no_live_or_waitable, Event, Ident, Link, Proc, Sig, SignalFailed, SignalSweep, Stage,
+    StopCompleted, StopPriority, StopReason, StopTriggered, Uncertainty,
 };
 use crate::clock::millis;
 use crate::process::identity::Stat;
@@ -234,8 +234,9 @@ impl Stopper {
         };
         self.held.retain(|_, fd| !fd.has_exited());
         let echild = peek == Peek::NoChildren;
-        if echild && scan.is_empty() && scan_error.is_none() {
-            return Step::Done(self.completed(now, true, true, 0));
+        let scan_empty = scan.is_empty() && scan_error.is_none();
+        if no_live_or_waitable(echild, scan_empty) {
+            return Step::Done(self.completed(now, echild, scan_empty, 0));
         }
         if self.stage == Stage::Term && now >= self.grace_until {
             self.stage = Stage::Kill;
@@ -246,12 +247,7 @@ impl Stopper {
         }
         if self.stage == Stage::Kill && now >= self.kill_until {
             let left = scan.iter().filter(|s| !s.is_zombie()).count() as u64;
-            return Step::Done(self.completed(
-                now,
-                echild,
-                scan.is_empty() && scan_error.is_none(),
-                left,
-            ));
+            return Step::Done(self.completed(now, echild, scan_empty, left));
         }
         let signalled = self.sweep(host, &scan);
         self.quiet = if signalled { 0 } else { self.quiet + 1 };
