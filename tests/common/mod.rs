@@ -5,5 +5,6 @@
 pub mod harness;
 pub mod logs;
 pub mod raw;
+pub mod reuse;
 pub mod schema;
 pub mod stop;
