@@ -248,7 +248,12 @@ fn swept(records: &[Value]) -> BTreeSet<(i64, u64)> {
     data_of(records, "signal_sweep")
         .iter()
         .flat_map(|d| d["targets"].as_array().unwrap().clone())
-        .map(|t| (t["pid"].as_i64().unwrap(), t["start_time"].as_u64().unwrap()))
+        .map(|t| {
+            (
+                t["pid"].as_i64().unwrap(),
+                t["start_time"].as_u64().unwrap(),
+            )
+        })
         .collect()
 }
 
@@ -1097,7 +1102,11 @@ fn stale_caller_identity_is_refused_even_after_pid_reuse() {
     };
     let refused = |req: &Req, reason: &str| {
         let replies = exchange(&w.state_dir, req);
-        assert_eq!(replies.len(), 1, "one refusal, then the channel closes: {replies:?}");
+        assert_eq!(
+            replies.len(),
+            1,
+            "one refusal, then the channel closes: {replies:?}"
+        );
         assert_eq!(replies[0]["type"], "refused", "{replies:?}");
         assert_eq!(replies[0]["reason"], reason, "{replies:?}");
     };
@@ -1115,7 +1124,10 @@ fn stale_caller_identity_is_refused_even_after_pid_reuse() {
         &Req::op("stop", "reused-stop", "reused-stop").caller(stale),
         "caller_mismatch",
     );
-    assert!(!r.fd.has_exited(), "the process that reused the pid was hit");
+    assert!(
+        !r.fd.has_exited(),
+        "the process that reused the pid was hit"
+    );
     drop(r);
 
     // A live process of ours claimed with a wrong start time.

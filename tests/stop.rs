@@ -663,7 +663,11 @@ fn a_request_from_a_stale_caller_identity_is_refused() {
     let stop = raw::Req::op("stop", "stale-stop", "stale-stop").caller(r.stale_ident());
     for req in [spawn, stop] {
         let replies = raw::exchange(&w.state_dir, &req);
-        assert_eq!(replies.len(), 1, "one refusal, then the channel closes: {replies:?}");
+        assert_eq!(
+            replies.len(),
+            1,
+            "one refusal, then the channel closes: {replies:?}"
+        );
         assert_eq!(replies[0]["type"], "refused", "{replies:?}");
         assert_eq!(replies[0]["reason"], "caller_mismatch", "{replies:?}");
     }
