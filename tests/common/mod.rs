@@ -2,6 +2,7 @@
 //! uses what it needs.
 #![allow(dead_code)]
 
+pub mod counted;
 pub mod harness;
 pub mod logs;
 pub mod raw;
