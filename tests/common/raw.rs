@@ -1,6 +1,8 @@
 //! Talking to a watchdog without the client: raw request lines written
 //! straight into `STATE_DIR/requests`, replies read from reply FIFOs the
-//! test creates itself, and a [`Gate`] a job can wait on.
+//! test creates itself, and a [`Gate`] a job can wait on. Every test that
+//! writes request bytes by hand does it through [`send`], [`send_all`] or
+//! [`exchange`] here.
 //!
 //! A request is built field by field as raw JSON fragments ([`Req`]), so a
 //! test can write exactly the bytes it means: duplicate keys, wrong types,
@@ -235,7 +237,15 @@ impl ReplyFifo {
                     assert_reply_matches_schema(&line);
                     all.push(serde_json::from_str(&line).unwrap());
                 }
-                Err(Ended::Closed) => return all,
+                Err(Ended::Closed) => {
+                    assert!(
+                        self.buf.is_empty(),
+                        "{}: a torn reply before the close: {:?}",
+                        self.name,
+                        String::from_utf8_lossy(&self.buf)
+                    );
+                    return all;
+                }
                 Err(Ended::TimedOut) => panic!(
                     "{} still open after {PATIENCE:?}; replies so far: {all:?}",
                     self.name
