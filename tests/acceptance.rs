@@ -19,6 +19,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
@@ -27,10 +28,12 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::harness::*;
-use common::schema::{assert_reply_matches_schema, assert_request_matches_schema};
+use common::raw::{exchange, js, Req};
+use common::reuse::{dead_process, force_pid_reuse};
 use common::stop::wait_for;
 use nix::sys::signal::Signal;
 use rea::audit::record::Ident;
+use rea::process::identity::Stat;
 use rea::process::pidfd::{bind_ident, VerifiedPidFd};
 use serde_json::{json, Value};
 
@@ -222,8 +225,10 @@ fn rehearse(scenario: &str, extra: &[&str]) -> Rehearsal {
     }
 }
 
-/// Every fixture process the demo started is dead (oracle EOF) and at least
-/// the expected ones reported (so EOF means something).
+/// Every fixture process the demo started is dead (oracle EOF) and exactly
+/// the expected ones reported (so EOF means something). Exact: each
+/// scenario starts a fixed set (a stop refuses every later spawn), and each
+/// fixture reports once.
 fn assert_all_fixtures_gone(r: &mut Rehearsal, phases: usize, launchers: usize) {
     assert!(
         r.oracle.wait_eof(PATIENCE),
@@ -232,9 +237,40 @@ fn assert_all_fixtures_gone(r: &mut Rehearsal, phases: usize, launchers: usize) 
         r.explain()
     );
     assert!(
-        r.oracle.count("phase") >= phases && r.oracle.count("launcher") >= launchers,
+        r.oracle.count("phase") == phases && r.oracle.count("launcher") == launchers,
         "expected {phases} phase(s) and {launchers} launcher(s) to report: {:?}",
         r.oracle.lines
+    );
+}
+
+/// Every process any `signal_sweep` targeted, once each.
+fn swept(records: &[Value]) -> BTreeSet<(i64, u64)> {
+    data_of(records, "signal_sweep")
+        .iter()
+        .flat_map(|d| d["targets"].as_array().unwrap().clone())
+        .map(|t| {
+            (
+                t["pid"].as_i64().unwrap(),
+                t["start_time"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The receipt's counts agree with the records by the library's one count
+/// rule (`Counts::add`), recounted here from the parsed log.
+fn assert_counts_recount(log: &Path, receipt: &Value) {
+    let mut counts = rea::audit::record::Counts::default();
+    for line in std::fs::read(log).unwrap().split(|&b| b == b'\n') {
+        if !line.is_empty() {
+            let rec = rea::audit::reader::parse_line(line).expect("a record");
+            counts.add(&rec.event);
+        }
+    }
+    assert_eq!(
+        receipt["counts"],
+        serde_json::to_value(&counts).unwrap(),
+        "receipt counts vs the records"
     );
 }
 
@@ -336,25 +372,24 @@ fn rehearse_timeout_stops_phase_and_nested_launcher() {
     assert_eq!(late_job["name"], "launcher-1");
     // Phase and launcher were signalled and reaped, as were the phase's
     // own descendants (the submit client).
-    let targets: Vec<i64> = data_of(&records, "signal_sweep")
-        .iter()
-        .flat_map(|d| d["targets"].as_array().unwrap().clone())
-        .map(|t| t["pid"].as_i64().unwrap())
-        .collect();
+    let targets = swept(&records);
     for who in ["phase", "launcher"] {
         for m in r.oracle.members(who) {
             if who == "launcher" && data_of(&records, "job_spawned")[0]["pid"] == m.pid {
                 continue; // the install launcher had exited long before
             }
             assert!(
-                targets.contains(&(m.pid as i64)),
+                targets.contains(&(m.pid as i64, m.start_time)),
                 "{who} pid {} not signalled",
                 m.pid
             );
         }
     }
-    assert!(
-        targets.len() >= 3,
+    // Distinct processes, not sweep targets: one still dying when the TERM
+    // grace ends is swept again with SIGKILL (timing), but who is swept is not.
+    assert_eq!(
+        targets.len(),
+        3,
         "phase, its submit client, launcher: {targets:?}"
     );
     let receipt = receipt(&records);
@@ -428,7 +463,14 @@ fn rehearse_controller_kill_watchdog_stops_reaps_and_retains() {
     assert_eq!(receipt["root_alive"], false);
     assert_eq!(receipt["quiescent"], true, "positive proof: {receipt:#}");
     assert_eq!(receipt["no_live_or_waitable_descendants"], true);
-    assert!(receipt["counts"]["signals"].as_u64().unwrap() > 0);
+    // The rehearsal, three launchers and the rehearsal's three submit
+    // clients, each swept; how many signals that took is timing (a process
+    // still dying when the TERM grace ends gets a SIGKILL sweep too), so the
+    // signal count is held to the records instead.
+    let targets = swept(&records);
+    assert_eq!(targets.len(), 7, "{targets:?}");
+    assert_counts_recount(&r.log(), &receipt);
+    assert_eq!(receipt["counts"]["jobs"], 5, "{receipt:#}");
     let exited = data_of(&records, "job_exited");
     assert_eq!(
         exited.iter().filter(|d| d["stopped"] == true).count(),
@@ -1039,96 +1081,6 @@ fn cleanup_is_idempotent_one_receipt() {
     sibling.assert_alive();
 }
 
-/// Writes one raw request line and returns every reply line until the
-/// watchdog closes the channel (bounded).
-fn raw_request(state_dir: &Path, req: &Value) -> Vec<Value> {
-    use nix::fcntl::{open, OFlag};
-    use nix::sys::stat::Mode;
-    let name = req["reply"].as_str().unwrap();
-    let path = state_dir.join("replies").join(name);
-    nix::unistd::mkfifo(&path, Mode::from_bits_truncate(0o600)).unwrap();
-    let rfd = open(
-        &path,
-        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .unwrap();
-    let mut reader = File::from(rfd);
-    let line = format!("{req}\n");
-    assert_request_matches_schema(&line);
-    let wfd = open(
-        &state_dir.join("requests"),
-        OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .expect("a watchdog reads the FIFO");
-    assert_eq!(
-        nix::unistd::write(&wfd, line.as_bytes()).unwrap(),
-        line.len()
-    );
-    drop(wfd);
-    let mut buf = Vec::new();
-    let until = Instant::now() + PATIENCE;
-    loop {
-        let mut p = libc::pollfd {
-            fd: std::os::fd::AsRawFd::as_raw_fd(&reader),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut p, 1, 200) };
-        let mut chunk = [0u8; 65536];
-        let n = match reader.read(&mut chunk) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
-            Err(e) => panic!("reply read: {e}"),
-        };
-        buf.extend_from_slice(&chunk[..n]);
-        if n == 0 && p.revents & libc::POLLHUP != 0 {
-            break; // the watchdog closed the channel
-        }
-        assert!(Instant::now() < until, "no end of replies: {buf:?}");
-    }
-    let _ = std::fs::remove_file(&path);
-    String::from_utf8(buf)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            assert_reply_matches_schema(l);
-            serde_json::from_str(l).unwrap()
-        })
-        .collect()
-}
-
-fn request(op: &str, id: &str, caller: Ident) -> Value {
-    json!({
-        "v": 1, "op": op, "id": id,
-        "caller": {"pid": caller.pid, "start_time": caller.start_time, "uid": caller.uid},
-        "reply": id,
-    })
-}
-
-/// Starts `sleep 60` with pid `old.pid` (ns_last_pid) and a start time
-/// other than `old`'s, or None if other forks keep taking the pid (or
-/// ns_last_pid cannot be written). Start times are clock ticks (10 ms): a
-/// pid reused within the same tick *is* the same identity, which is the
-/// limit of (pid, start time) that every caller check shares.
-fn child_with_pid(old: Ident) -> Option<Child> {
-    for _ in 0..50 {
-        std::thread::sleep(Duration::from_millis(20));
-        std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", old.pid - 1)).ok()?;
-        let mut c = Command::new("/bin/sleep").arg("60").spawn().unwrap();
-        let same_pid = c.id() as i32 == old.pid;
-        let st = rea::process::identity::read_stat(c.id() as i32).map(|s| s.start_time);
-        if same_pid && st.is_ok_and(|t| t != old.start_time) {
-            return Some(c);
-        }
-        signal_child(&c, Signal::SIGKILL);
-        let _ = c.wait();
-    }
-    None
-}
-
 #[test]
 fn stale_caller_identity_is_refused_even_after_pid_reuse() {
     if skip_outside_pid_ns("stale_caller_identity_is_refused") {
@@ -1136,59 +1088,47 @@ fn stale_caller_identity_is_refused_even_after_pid_reuse() {
     }
     let mut w = Watchdog::start(&[]);
     let marker = w.scratch.path("launched");
+    let touch = ["/usr/bin/touch", s(&marker)];
     let spawn = |id: &str, caller: Ident| {
-        let mut r = request("spawn", id, caller);
-        r["argv"] = json!(["/usr/bin/touch", marker]);
-        r["deadline_ms"] = json!(10_000);
-        r["capture"] = json!("discard");
-        r
+        Req::spawn(id, id, &touch)
+            .caller(caller)
+            .set("deadline_ms", "10000")
+            .set("capture", &js("discard"))
+    };
+    let ident = |st: &Stat| Ident {
+        pid: st.pid,
+        start_time: st.start_time,
+        uid: uid(),
+    };
+    let refused = |req: &Req, reason: &str| {
+        let replies = exchange(&w.state_dir, req);
+        assert_eq!(
+            replies.len(),
+            1,
+            "one refusal, then the channel closes: {replies:?}"
+        );
+        assert_eq!(replies[0]["type"], "refused", "{replies:?}");
+        assert_eq!(replies[0]["reason"], reason, "{replies:?}");
     };
 
     // A caller that was a descendant of the root, and is gone.
-    let mut old = Command::new("/bin/sleep").arg("60").spawn().unwrap();
-    let old_pid = old.id() as i32;
-    let old_ident = Ident {
-        pid: old_pid,
-        start_time: rea::process::identity::read_stat(old_pid)
-            .unwrap()
-            .start_time,
-        uid: uid(),
-    };
-    signal_child(&old, Signal::SIGKILL);
-    old.wait().unwrap();
-    let replies = raw_request(&w.state_dir, &spawn("dead-caller", old_ident));
-    assert_eq!(replies.len(), 1, "{replies:?}");
-    assert_eq!(replies[0]["type"], "refused");
-    assert_eq!(replies[0]["reason"], "caller_not_alive");
+    let dead = ident(&dead_process());
+    refused(&spawn("dead-caller", dead), "caller_not_alive");
 
-    // The same pid, reused by a new process: the old identity still names
-    // the dead one, so it is refused and the new process is not touched.
-    match child_with_pid(old_ident) {
-        Some(mut reused) => {
-            let held = rea::process::pidfd::bind_unwaited_child(&reused).unwrap();
-            for (op, id) in [("spawn", "reused-spawn"), ("stop", "reused-stop")] {
-                let req = if op == "spawn" {
-                    spawn(id, old_ident)
-                } else {
-                    request(op, id, old_ident)
-                };
-                let replies = raw_request(&w.state_dir, &req);
-                assert_eq!(replies.len(), 1, "{replies:?}");
-                assert_eq!(replies[0]["type"], "refused", "{op}: {replies:?}");
-                assert_eq!(replies[0]["reason"], "caller_mismatch", "{replies:?}");
-            }
-            assert!(
-                !held.has_exited(),
-                "the process that reused the pid was hit"
-            );
-            send_signal_own(&reused);
-            let _ = reused.wait();
-        }
-        None => eprintln!(
-            "NOTE stale_caller_identity_is_refused: could not force pid reuse \
-             (ns_last_pid); checked the dead and mismatched identities only"
-        ),
-    }
+    // A pid reused by a new process: the old identity still names the dead
+    // one, so it is refused and the new process is not touched.
+    let r = force_pid_reuse();
+    let stale = r.stale_ident();
+    refused(&spawn("reused-spawn", stale), "caller_mismatch");
+    refused(
+        &Req::op("stop", "reused-stop", "reused-stop").caller(stale),
+        "caller_mismatch",
+    );
+    assert!(
+        !r.fd.has_exited(),
+        "the process that reused the pid was hit"
+    );
+    drop(r);
 
     // A live process of ours claimed with a wrong start time.
     let me = Ident {
@@ -1196,8 +1136,7 @@ fn stale_caller_identity_is_refused_even_after_pid_reuse() {
         start_time: rea::process::identity::self_start_time().unwrap() + 1,
         uid: uid(),
     };
-    let replies = raw_request(&w.state_dir, &spawn("wrong-start", me));
-    assert_eq!(replies[0]["reason"], "caller_mismatch", "{replies:?}");
+    refused(&spawn("wrong-start", me), "caller_mismatch");
 
     // Nothing was launched or stopped: the action still serves, then closes clean.
     assert!(!marker.exists());
@@ -1206,17 +1145,25 @@ fn stale_caller_identity_is_refused_even_after_pid_reuse() {
     assert!(w.close().status.success());
     assert!(w.wait(PATIENCE).success());
     let records = w.records();
-    let refused = data_of(&records, "request_refused");
-    assert!(refused.len() >= 2, "{refused:#?}");
+    let reasons: Vec<Value> = data_of(&records, "request_refused")
+        .iter()
+        .map(|d| d["reason"].clone())
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "caller_not_alive",
+            "caller_mismatch",
+            "caller_mismatch",
+            "caller_mismatch"
+        ],
+        "the four refusals, in order"
+    );
     assert_eq!(data_of(&records, "job_spawned").len(), 1);
     assert!(of_kind(&records, "stop_triggered").is_empty());
     let (code, v) = w.verify(&["--expect-head", &w.head().unwrap()]);
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(v["outcome"], "closed");
-}
-
-fn send_signal_own(child: &Child) {
-    signal_child(child, Signal::SIGKILL);
 }
 
 // ----- 5. discarded stderr stays out of every artifact -----------------------

@@ -79,11 +79,30 @@ pub fn in_private_pid_ns() -> bool {
     nested_view || not_initial
 }
 
+/// True when `REA_REQUIRE_PIDNS=1`: `.ci/run` sets it, and `tools/test`
+/// does when it made the namespace. Then a namespace-only test may not skip.
+pub fn pid_ns_required() -> bool {
+    std::env::var_os("REA_REQUIRE_PIDNS").is_some_and(|v| v == "1")
+}
+
 /// Skips (returns true, with a message) outside a private PID namespace.
+/// Under `REA_REQUIRE_PIDNS=1` it panics instead, so a run that meant to
+/// have the namespace cannot pass by skipping. Call it first, before the
+/// test starts or signals anything.
 pub fn skip_outside_pid_ns(what: &str) -> bool {
-    if in_private_pid_ns() {
+    pid_ns_skip(what, in_private_pid_ns(), pid_ns_required())
+}
+
+/// The decision of [`skip_outside_pid_ns`], given what it observed.
+pub fn pid_ns_skip(what: &str, in_ns: bool, required: bool) -> bool {
+    if in_ns {
         return false;
     }
+    assert!(
+        !required,
+        "{what}: not in a private PID namespace, and REA_REQUIRE_PIDNS=1 forbids \
+         skipping (run it through tools/test, which makes the namespace)"
+    );
     eprintln!("SKIPPED {what}: needs a private PID namespace (run tools/test)");
     true
 }

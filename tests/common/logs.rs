@@ -6,9 +6,10 @@
 //! controller is its parent, jobs are the watchdog's children, a stop
 //! signals only processes that hang off the watchdog, the temp root is a
 //! real directory inventoried and removed with `rea::inventory`, and the
-//! receipt's counts are counted here, record by record, the way
-//! `audit::replay` recounts them. [`LogOpts`] selects the row of the SPEC 5
-//! verdict table the log stands for.
+//! receipt's counts are counted record by record with the library's one
+//! count rule, `Counts::add` ([`super::counted`], shared with the bench
+//! examples). [`LogOpts`] selects the row of the SPEC 5 verdict table the
+//! log stands for.
 //!
 //! The rest of the module is what tamper tests need: the log as lines,
 //! byte-level edits of one line, re-chaining, and running `rea-audit`.
@@ -18,16 +19,16 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::counted::CountedLog;
 use rea::audit::chain;
 use rea::audit::record::Outcome;
 use rea::audit::record::{
-    Bounds, Counts, DirIdentity, Event, Ident, JobExited, JobSpawned, Link, MappingUncertain, Mode,
+    Bounds, DirIdentity, Event, Ident, JobExited, JobSpawned, Link, MappingUncertain, Mode,
     OutputCapped, Proc, Reaped, ReapedProc, Receipt, RequestReceived, RequestRefused, RootBound,
     RootSource, RunStarted, Sig, SignalSweep, Stage, StagingInventoried, Status, StopCompleted,
     StopPriority, StopReason, StopTriggered, Stream, StreamSummary, TempRootInventoried,
     TempRootRemoved, Uncertainty,
 };
-use rea::audit::AuditWriter;
 use rea::inventory;
 use rea::process::identity;
 use rea::protocol::{Capture, Op, RefusalReason};
@@ -127,30 +128,21 @@ impl BuiltLog {
     }
 }
 
-/// Writes records and counts them the way `audit::replay` recounts them.
+/// Writes records durably, counting them by the library's count rule
+/// ([`CountedLog`]), and keeps their kinds and the uncertain mappings.
 struct Log {
-    w: AuditWriter,
+    out: CountedLog,
     kinds: Vec<&'static str>,
-    counts: Counts,
     uncertain: u64,
 }
 
 impl Log {
     fn rec(&mut self, ev: Event) {
-        match &ev {
-            Event::RequestReceived(_) => self.counts.requests += 1,
-            Event::RequestRefused(_) => self.counts.refused += 1,
-            Event::JobSpawned(_) => self.counts.jobs += 1,
-            Event::JobExited(_) => self.counts.reaped += 1,
-            Event::Reaped(r) => self.counts.reaped += r.processes.len() as u64,
-            Event::SignalSweep(s) => {
-                self.counts.signals += (s.targets.len() * s.signals.len()) as u64
-            }
-            Event::MappingUncertain(_) => self.uncertain += 1,
-            _ => {}
+        if let Event::MappingUncertain(_) = ev {
+            self.uncertain += 1;
         }
         self.kinds.push(ev.kind());
-        self.w.record(&ev).expect("the audit writer appends");
+        self.out.put(&ev);
     }
 }
 
@@ -252,15 +244,8 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
     let mut ticks = me.start_time;
 
     let mut log = Log {
-        w: AuditWriter::create(&path, &opts.run).expect("create the log"),
+        out: CountedLog::create(&path, &opts.run, true),
         kinds: Vec::new(),
-        counts: Counts {
-            requests: 0,
-            refused: 0,
-            jobs: 0,
-            signals: 0,
-            reaped: 0,
-        },
         uncertain: 0,
     };
 
@@ -367,7 +352,7 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
 
     if !opts.seal {
         // The watchdog was SIGKILLed while the jobs ran: nothing more.
-        let head = log.w.head().to_string();
+        let head = log.out.w.head().to_string();
         return BuiltLog {
             dir,
             path,
@@ -655,20 +640,21 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
         uncertain_mappings: log.uncertain,
         temp_root_removed: removed,
         root_alive: opts.stop != Some(StopReason::RootLost),
-        counts: log.counts.clone(),
+        counts: log.out.counts.clone(),
         staging: staged,
     };
     if let Some(tweak) = opts.tweak_receipt {
         tweak(&mut receipt);
     }
     log.kinds.push("receipt");
-    log.w
+    log.out
+        .w
         .seal(&Event::Receipt(receipt.clone()))
         .expect("seal the log");
     for ev in &opts.after_receipt {
         log.rec(ev.clone());
     }
-    let head = log.w.head().to_string();
+    let head = log.out.w.head().to_string();
     BuiltLog {
         dir,
         path,

@@ -2,8 +2,10 @@
 //! uses what it needs.
 #![allow(dead_code)]
 
+pub mod counted;
 pub mod harness;
 pub mod logs;
 pub mod raw;
+pub mod reuse;
 pub mod schema;
 pub mod stop;

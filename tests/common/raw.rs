@@ -1,6 +1,8 @@
 //! Talking to a watchdog without the client: raw request lines written
 //! straight into `STATE_DIR/requests`, replies read from reply FIFOs the
-//! test creates itself, and a [`Gate`] a job can wait on.
+//! test creates itself, and a [`Gate`] a job can wait on. Every test that
+//! writes request bytes by hand does it through [`send`], [`send_all`] or
+//! [`exchange`] here.
 //!
 //! A request is built field by field as raw JSON fragments ([`Req`]), so a
 //! test can write exactly the bytes it means: duplicate keys, wrong types,
@@ -17,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
+use rea::audit::record::Ident;
 use serde_json::Value;
 
 use super::harness::{records, PATIENCE};
@@ -96,6 +99,19 @@ impl Req {
         self
     }
 
+    /// The same request claimed by another caller (`ident`, maybe stale).
+    pub fn caller(self, ident: Ident) -> Req {
+        self.set("caller", &caller(ident.pid, ident.start_time, ident.uid))
+    }
+
+    /// The raw JSON of the first `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
     pub fn remove(mut self, key: &str) -> Req {
         self.fields.retain(|(k, _)| k != key);
         self
@@ -151,6 +167,17 @@ pub fn send_all(state_dir: &Path, bytes: &[u8]) {
     File::from(fd).write_all(bytes).expect("write the request");
 }
 
+/// One whole exchange: creates the reply FIFO the request names, sends the
+/// (schema-checked) request line, and returns every reply until the
+/// watchdog closes the channel (each schema-checked; bounded by PATIENCE).
+pub fn exchange(state_dir: &Path, req: &Req) -> Vec<Value> {
+    let name: String = serde_json::from_str(req.get("reply").expect("the request names a reply"))
+        .expect("reply is a JSON string");
+    let mut reply = ReplyFifo::create(state_dir, &name);
+    send(state_dir, &req.valid_line());
+    reply.until_closed()
+}
+
 /// A reply FIFO this test created in `STATE_DIR/replies/` and reads.
 pub struct ReplyFifo {
     pub name: String,
@@ -200,19 +227,50 @@ impl ReplyFifo {
             .unwrap_or_else(|| panic!("no reply on {} within {PATIENCE:?}", self.name))
     }
 
+    /// Every reply until the watchdog closes the channel; fails the test
+    /// if it is still open after PATIENCE.
+    pub fn until_closed(&mut self) -> Vec<Value> {
+        let mut all = Vec::new();
+        loop {
+            match self.read_line(PATIENCE) {
+                Ok(line) => {
+                    assert_reply_matches_schema(&line);
+                    all.push(serde_json::from_str(&line).unwrap());
+                }
+                Err(Ended::Closed) => {
+                    assert!(
+                        self.buf.is_empty(),
+                        "{}: a torn reply before the close: {:?}",
+                        self.name,
+                        String::from_utf8_lossy(&self.buf)
+                    );
+                    return all;
+                }
+                Err(Ended::TimedOut) => panic!(
+                    "{} still open after {PATIENCE:?}; replies so far: {all:?}",
+                    self.name
+                ),
+            }
+        }
+    }
+
     fn next_line(&mut self, limit: Duration) -> Option<String> {
+        self.read_line(limit).ok()
+    }
+
+    fn read_line(&mut self, limit: Duration) -> Result<String, Ended> {
         let until = Instant::now() + limit;
         let mut had_eof_after_hup = false;
         loop {
             if let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
                 let line: Vec<u8> = self.buf.drain(..=i).collect();
-                return Some(String::from_utf8(line).expect("reply is UTF-8"));
+                return Ok(String::from_utf8(line).expect("reply is UTF-8"));
             }
             let mut chunk = [0u8; 65536];
             match self.file.read(&mut chunk) {
                 Ok(0) => {
                     if had_eof_after_hup {
-                        return None; // the writer came and went
+                        return Err(Ended::Closed); // the writer came and went
                     }
                 }
                 Ok(n) => {
@@ -224,7 +282,7 @@ impl ReplyFifo {
             }
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return None;
+                return Err(Ended::TimedOut);
             }
             // POLLHUP only appears after a writer has connected and left;
             // then one more read drains what it wrote before the verdict.
@@ -251,6 +309,13 @@ impl ReplyFifo {
         }
         self.buf.clone()
     }
+}
+
+/// Why [`ReplyFifo`] has no further line.
+enum Ended {
+    /// The watchdog wrote, then closed its end.
+    Closed,
+    TimedOut,
 }
 
 impl Drop for ReplyFifo {

@@ -3,7 +3,8 @@
 //!     cargo run --release --example auditrate -- OUT.jsonl RECORDS SYNC_EVERY
 //!
 //! Appends RECORDS typical records (a request, a spawn, a reap, an exit,
-//! in turn) with the library's `AuditWriter` and makes them durable with one
+//! in turn: the launcher job of tests/common/counted.rs, which genlog
+//! writes too) with the library's `AuditWriter` and makes them durable with one
 //! `fdatasync` every SYNC_EVERY records (1: `AuditWriter::record`, i.e. each
 //! record durable before the next, as the watchdog does for acts). Prints one
 //! JSON line: records, seconds, records per second, bytes.
@@ -13,7 +14,11 @@ use std::time::Instant;
 
 use rea::audit::record::*;
 use rea::audit::AuditWriter;
-use rea::protocol::{Capture, Op};
+
+// Only the record mix: this measures the writer itself, nothing counted.
+#[allow(dead_code)]
+#[path = "../../tests/common/counted.rs"]
+mod counted;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -31,61 +36,12 @@ fn main() {
         start_time: 999_000,
         uid: 1000,
     };
-    let sha = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".to_string();
-    let event = |i: u64| -> Event {
-        let job = i / 4 + 1;
-        let pid = 10_000 + (job % 20_000) as i32;
-        match i % 4 {
-            0 => Event::RequestReceived(RequestReceived {
-                id: Some(format!("launcher-{job}")),
-                op: Some(Op::Spawn),
-                caller: Some(caller),
-                bytes: 287,
-            }),
-            1 => Event::JobSpawned(JobSpawned {
-                job,
-                id: format!("launcher-{job}"),
-                name: Some("launcher".into()),
-                argv: vec!["/srv/stage/hopper/bin/Hopper".into(), "--headless".into()],
-                pid,
-                start_time: 1_000_000 + job,
-                uid: 1000,
-                ppid: 4242,
-                sid: pid,
-                caller: Some(caller),
-                deadline_ms: Some(60_000),
-                capture: Capture::Discard,
-            }),
-            2 => Event::Reaped(Reaped {
-                processes: vec![ReapedProc {
-                    pid: pid + 1,
-                    start_time: Some(1_000_001 + job),
-                    comm: Some("Hopper".into()),
-                    status: Status::Code(0),
-                }],
-            }),
-            _ => Event::JobExited(JobExited {
-                job,
-                pid,
-                start_time: 1_000_000 + job,
-                status: Status::Code(0),
-                duration_ms: 1234,
-                stdout: StreamSummary {
-                    bytes: 4096,
-                    sha256: sha.clone(),
-                },
-                stderr: StreamSummary {
-                    bytes: 0,
-                    sha256: sha.clone(),
-                },
-                output_capped: false,
-                stopped: false,
-            }),
-        }
-    };
+    // Each record is built inside the timed loop, as the watchdog builds
+    // its own: one launcher job (four records) at a time.
+    let mut jobs = (1u64..).flat_map(|job| counted::launcher_job(job, caller, 4242));
     let t = Instant::now();
     for i in 0..n {
-        let ev = event(i);
+        let ev = jobs.next().expect("an endless mix");
         if every == 1 {
             w.record(&ev).expect("record");
         } else {

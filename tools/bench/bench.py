@@ -800,9 +800,9 @@ def section4_md(w, s4):
     lat = s4["lat_ns"]
     w(f"Sequential, {s4['k']} per block × {s4['rounds']} interleaved rounds, one watchdog (`rea-watchdog run`,")
     w("root = the case driver). *submit CLI* = `rea-watchdog submit -- /bin/true`")
-    w("(a whole client process); *in-process* = the request/reply protocol written")
-    w("directly in Python (reply FIFO in `STATE_DIR/replies/`, one line to")
-    w("`STATE_DIR/requests`, caller = the bench process), until the `exited` reply;")
+    w("(a whole client process); *in-process* = the request/reply protocol spoken")
+    w("by `tools/rea_client.py` in the bench process (reply FIFO in `STATE_DIR/replies/`,")
+    w("one line to `STATE_DIR/requests`, caller = the bench process), until the `exited` reply;")
     w("*plain* = fork+exec+wait (and posix_spawn+wait) of `/bin/true` by the same")
     w("harness. Children are started with posix_spawn except the fork row.")
     w("")

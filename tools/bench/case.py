@@ -24,6 +24,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import rea_client  # noqa: E402  (tools/rea_client.py: the protocol's one Python client)
+
 HOPPER = os.path.join(ROOT, "fixtures", "hopper.py")
 STORM = os.path.join(ROOT, "fixtures", "storm.py")
 TREE = os.path.join(HERE, "benchtree.py")
@@ -534,70 +537,42 @@ def case_storm(spec):
 
 
 class Client:
-    """The request/reply protocol written directly (as src/client.rs does):
-    a reply FIFO in STATE_DIR/replies/, one request line to STATE_DIR/requests,
-    the caller being this process (the watchdog's root controller)."""
+    """The request/reply protocol through tools/rea_client.py (the one Python
+    copy of it), the caller being this process (the watchdog's root
+    controller). Replies come back as the protocol's dicts."""
 
     def __init__(self, state_dir):
         self.dir = state_dir
-        self.req = os.open(os.path.join(state_dir, "requests"), os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        me = os.getpid()
-        self.caller = {"pid": me, "start_time": stat_of(me)["start_time"], "uid": os.geteuid()}
-        self.n = 0
-
-    def send(self, op, argv=None, deadline_ms=60000, capture="discard"):
-        self.n += 1
-        rid = f"bench-{self.n}"
-        path = os.path.join(self.dir, "replies", rid)
-        os.mkfifo(path, 0o600)
-        os.chmod(path, 0o600)
-        rfd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        req = {"v": 1, "op": op, "id": rid, "caller": self.caller, "reply": rid}
-        if op == "spawn":
-            req.update(argv=argv, deadline_ms=deadline_ms, capture=capture)
-        os.write(self.req, json.dumps(req, separators=(",", ":")).encode() + b"\n")
-        return Channel(path, rfd)
+        self.rc = rea_client.Client(state_dir)
 
     def run(self, argv):
-        ch = self.send("spawn", argv)
-        first = ch.next(30)
-        if first.get("type") != "accepted":
-            ch.close()
-            return first
-        last = ch.next(60)
-        ch.close()
-        return last
+        """One spawn round trip until its last reply (`exited`, `stopped` or
+        `refused`)."""
+        try:
+            return self.rc.submit(argv, deadline=60).reply
+        except rea_client.Refused as e:
+            return {"type": "refused", "reason": e.reason, "detail": e.detail}
+
+    def spawn(self, argv, deadline_s):
+        """An accepted job (`rea_client.Job`), or the refusal as a dict."""
+        try:
+            return self.rc.spawn(argv, deadline=deadline_s), None
+        except rea_client.Refused as e:
+            return None, {"type": "refused", "reason": e.reason, "detail": e.detail}
+
+    def stop(self, wait_s):
+        return self.rc.stop(wait=wait_s)
+
+    def close(self, wait_s):
+        return self.rc.close(wait=wait_s)
 
 
-class Channel:
-    def __init__(self, path, fd):
-        self.path, self.fd, self.buf, self.seen = path, fd, b"", False
-
-    def next(self, limit_s):
-        until = time.monotonic() + limit_s
-        p = select.poll()
-        p.register(self.fd, select.POLLIN)
-        while True:
-            if b"\n" in self.buf:
-                line, self.buf = self.buf.split(b"\n", 1)
-                return json.loads(line)
-            left = until - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("no reply")
-            p.poll(int(left * 1000) + 1)
-            try:
-                chunk = os.read(self.fd, 65536)
-            except BlockingIOError:
-                continue
-            if chunk:
-                self.seen = True
-                self.buf += chunk
-            elif self.seen:
-                raise EOFError("the watchdog closed the reply channel")
-
-    def close(self):
-        os.close(self.fd)
-        os.unlink(self.path)
+def job_end(job, wait_s):
+    """The stopped job's last reply, if it comes within wait_s."""
+    try:
+        job.wait(wait_s)
+    except rea_client.ReaError:
+        pass
 
 
 def start_watchdog(spec, name, log_dir, extra=()):
@@ -612,11 +587,8 @@ def start_watchdog(spec, name, log_dir, extra=()):
 
 
 def close_watchdog(wd, client):
-    ch = client.send("close")
-    reply = ch.next(30)
-    ch.close()
-    rc = wd.wait(30)
-    return reply, rc
+    reply = client.close(30)
+    return reply, wd.wait(30)
 
 
 def spawn_wait(path, argv, env=None):
@@ -721,10 +693,9 @@ def case_footprint(spec):
     wd, ready, client = start_watchdog(spec, "rss", spec["scratch"])
     oracle = Oracle(os.path.join(spec["scratch"], "oracle"))
     job = [ENV_BIN, f"{MARK_VAR}={marker}", PY, TREE, "--oracle", oracle.path, "--leaves", str(n)]
-    ch = client.send("spawn", job, deadline_ms=600000)
-    acc = ch.next(30)
-    if acc.get("type") != "accepted":
-        res["error"] = f"spawn refused: {acc}"
+    running, refused = client.spawn(job, 600)
+    if refused is not None:
+        res["error"] = f"spawn refused: {refused}"
         return res
     if not oracle.wait_ready(120):
         res["error"] = "tree not ready"
@@ -733,20 +704,14 @@ def case_footprint(spec):
     res["members"] = len(scan_marked(marker))
     res["before"] = {"rss_kib": kib(s.get("VmRSS")), "hwm_kib": kib(s.get("VmHWM"))}
     t0 = mono_ns()
-    st = client.send("stop")
-    done = st.next(60)
+    done = client.stop(60)
     t1 = mono_ns()
-    st.close()
     res["stop_reply"] = done
     res["stop_ms"] = (t1 - t0) / 1e6
     s = status_of(wd.pid)  # after the stop, before close: the stop's peak
     res["after_stop"] = {"rss_kib": kib(s.get("VmRSS")), "hwm_kib": kib(s.get("VmHWM"))}
     res["fds_after_stop"] = len(os.listdir(f"/proc/{wd.pid}/fd"))
-    try:
-        ch.next(5)
-    except (TimeoutError, EOFError):
-        pass
-    ch.close()
+    job_end(running, 5)
     res["closed"], res["rc"] = close_watchdog(wd, client)
     res["survivors"] = len(scan_marked(marker))
     return res
@@ -762,24 +727,19 @@ def case_idle(spec):
 
     for variant in ("no_job", "one_job"):
         wd, ready, client = start_watchdog(spec, f"idle-{variant}", spec["scratch"])
-        ch = None
+        running = None
         if variant == "one_job":
-            ch = client.send("spawn", ["/bin/sleep", "3600"], deadline_ms=600000)
-            ch.next(30)
+            running, refused = client.spawn(["/bin/sleep", "3600"], 600)
+            if refused is not None:
+                raise RuntimeError(f"spawn refused: {refused}")
         time.sleep(0.3)
         v0, n0 = ctx(wd.pid)
         time.sleep(secs)
         v1, n1 = ctx(wd.pid)
         res[variant] = {"voluntary": v1 - v0, "nonvoluntary": n1 - n0, "seconds": secs}
-        if ch is not None:
-            st = client.send("stop")
-            st.next(30)
-            st.close()
-            try:
-                ch.next(5)
-            except (TimeoutError, EOFError):
-                pass
-            ch.close()
+        if running is not None:
+            client.stop(30)
+            job_end(running, 5)
         close_watchdog(wd, client)
     return res
 
