@@ -88,6 +88,10 @@ pub enum StopReason {
     StopRequested,
     CloseWhileRunning,
     AuditFailure,
+    /// SIGHUP to the watchdog: an SSH or terminal hangup. The controller's
+    /// channel is gone, which neither proves it dead nor lets it clean up:
+    /// the stop runs as usual, the verdict is retain (SPEC 3.5, 5).
+    Hangup,
 }
 
 impl StopReason {
@@ -103,6 +107,7 @@ impl StopReason {
             StopReason::StopRequested => "stop_requested",
             StopReason::CloseWhileRunning => "close_while_running",
             StopReason::AuditFailure => "audit_failure",
+            StopReason::Hangup => "hangup",
         }
     }
 }
@@ -176,7 +181,7 @@ pub enum Capture {
 }
 
 /// Why a request was refused. Each is a stable code in replies and records.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum RefusalReason {
     /// Not JSON, not an object, invalid UTF-8, a missing field or a wrong type.

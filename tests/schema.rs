@@ -61,11 +61,12 @@ fn all_stop_reasons() -> Vec<StopReason> {
         StopRequested,
         CloseWhileRunning,
         AuditFailure,
+        Hangup,
     ];
     for r in &all {
         match r {
             Deadline | RootLost | CallerLost | Abandoned | ExcessOutput | MappingRefused
-            | Signal | StopRequested | CloseWhileRunning | AuditFailure => {}
+            | Signal | StopRequested | CloseWhileRunning | AuditFailure | Hangup => {}
         }
     }
     all

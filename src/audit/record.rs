@@ -93,6 +93,28 @@ pub struct RequestReceived {
     pub bytes: u64,
 }
 
+/// Refusals that could not be answered (no usable reply channel: garbage,
+/// oversize texts, fragments), coalesced into one record per burst, so a
+/// flood of bad lines costs one record, not two synced ones per line
+/// (SPEC 3.10). Each stands for `count` requests received and refused.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RequestsRefused {
+    pub count: u64,
+    /// Bytes of all the refused texts together.
+    pub bytes: u64,
+    /// How many of each reason (every count positive, the sum is `count`).
+    pub reasons: std::collections::BTreeMap<RefusalReason, u64>,
+    /// The first few refusals of the burst, in order (at most
+    /// [`RequestsRefused::SAMPLES`]).
+    pub first: Vec<RequestRefused>,
+}
+
+impl RequestsRefused {
+    /// How many refusals of a burst keep their detail.
+    pub const SAMPLES: usize = 4;
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct RequestRefused {
@@ -320,13 +342,17 @@ pub struct Counts {
 impl Counts {
     /// The count rule, the one the watchdog writes by and the replay checks
     /// by: every `request_received` is a request, every `request_refused` a
-    /// refusal, every `job_spawned` a job, every (target, signal) pair of a
+    /// refusal, a `requests_refused` burst of `count` is `count` of each, every `job_spawned` a job, every (target, signal) pair of a
     /// `signal_sweep` part a signal sent, every `job_exited` and every
     /// process of a `reaped` record one process reaped. Nothing else counts.
     pub fn add(&mut self, ev: &Event) {
         match ev {
             Event::RequestReceived(_) => self.requests += 1,
             Event::RequestRefused(_) => self.refused += 1,
+            Event::RequestsRefused(r) => {
+                self.requests += r.count;
+                self.refused += r.count;
+            }
             Event::JobSpawned(_) => self.jobs += 1,
             Event::SignalSweep(s) => self.signals += (s.targets.len() * s.signals.len()) as u64,
             Event::JobExited(_) => self.reaped += 1,
@@ -407,6 +433,7 @@ events! {
     RootBound(RootBound) = "root_bound",
     RequestReceived(RequestReceived) = "request_received",
     RequestRefused(RequestRefused) = "request_refused",
+    RequestsRefused(RequestsRefused) = "requests_refused",
     JobSpawned(JobSpawned) = "job_spawned",
     JobFailed(JobFailed) = "job_failed",
     JobExited(JobExited) = "job_exited",

@@ -49,6 +49,16 @@ pub fn summary(ev: &Event) -> String {
             r.reason.as_str(),
             r.detail
         ),
+        Event::RequestsRefused(r) => format!(
+            "{} unanswerable request(s) refused ({} bytes): {}",
+            r.count,
+            r.bytes,
+            r.reasons
+                .iter()
+                .map(|(k, n)| format!("{} {n}", k.as_str()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         Event::JobSpawned(j) => format!(
             "job {} {} pid {} sid {} ppid {}: {}",
             j.job,

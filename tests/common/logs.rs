@@ -454,7 +454,10 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
                     write_uncertain(&mut log, &mut pids, &mut ticks, &mut uncertain_procs);
                     processes = uncertain_procs.clone();
                 }
-                StopReason::Signal | StopReason::RootLost | StopReason::AuditFailure => job = None,
+                StopReason::Signal
+                | StopReason::Hangup
+                | StopReason::RootLost
+                | StopReason::AuditFailure => job = None,
                 StopReason::Deadline => {}
             }
 
@@ -489,6 +492,7 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
                 StopReason::ExcessOutput => "job 1 wrote more than 65536 bytes".into(),
                 StopReason::MappingRefused => "a descendant could not be proven".into(),
                 StopReason::Signal => "SIGTERM".into(),
+                StopReason::Hangup => "SIGHUP received".into(),
                 StopReason::StopRequested => "op stop from the root".into(),
                 StopReason::CloseWhileRunning => "op close while jobs run".into(),
                 StopReason::AuditFailure => {
