@@ -24,7 +24,7 @@ use crate::inventory::open_dir;
 use crate::process::identity::self_start_time;
 use crate::process::pidfd::{bind_ident, VerifiedPidFd};
 use crate::protocol::{
-    Caller, Reply, Request, MAX_REQUEST, PROTOCOL_VERSION, READY, REPLIES, REQUESTS,
+    frame, Caller, Reply, Request, MAX_REQUEST, PROTOCOL_VERSION, READY, REPLIES, REQUESTS,
 };
 
 /// The ready line (`ready.json` and the first line on `run`'s stdout).
@@ -184,8 +184,8 @@ impl Session {
             file: File::from(rfd),
             buf: Vec::new(),
         };
-        let mut line = serde_json::to_vec(req).map_err(|e| cerr(e.to_string()))?;
-        line.push(b'\n');
+        let json = serde_json::to_vec(req).map_err(|e| cerr(e.to_string()))?;
+        let line = frame(&json); // RFC 7464: RS, JSON, LF
         if line.len() > MAX_REQUEST {
             return Err(cerr(format!(
                 "request is {} bytes; the protocol's cap is {MAX_REQUEST} (argv too long?)",

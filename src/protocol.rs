@@ -1,10 +1,13 @@
 //! The request FIFO's and reply FIFOs' wire format (SPEC 3.3).
 //!
-//! A request is one JSON object on one line of at most [`MAX_REQUEST`] bytes
-//! including its newline, so concurrent writers never interleave (PIPE_BUF).
-//! Parsing is two-step: the envelope with every field as raw JSON (so unknown
-//! fields and duplicate keys are caught before anything is believed), then
-//! each field with its own refusal reason.
+//! A request is one RFC 7464 text, RS, one JSON object, LF, of at most
+//! [`MAX_REQUEST`] bytes in all, so concurrent writers never interleave
+//! (PIPE_BUF); the watchdog's framer (`watchdog/framer.rs`) cuts texts out
+//! of the FIFO's bytes. Parsing a text is two-step: the envelope with every
+//! field as raw JSON (so unknown fields and duplicate keys are caught before
+//! anything is believed), then each field with its own refusal reason.
+//! Where the schema says object, only an object is taken: serde's derive
+//! would take a JSON array for a struct (fields by position).
 
 use serde::de::Error as _;
 use serde::{Deserialize, Serialize};
@@ -16,6 +19,20 @@ pub use crate::vocab::{Capture, Op, RefusalReason};
 
 /// Request line cap, newline included (PIPE_BUF).
 pub const MAX_REQUEST: usize = 4096;
+/// RFC 7464's record separator: the first byte of every request text.
+pub const RS: u8 = 0x1e;
+
+/// One request as a writer sends it (SPEC 3.3): RS, the JSON, LF. Written
+/// with one `write` of at most [`MAX_REQUEST`] bytes, it never interleaves
+/// with another writer's.
+pub fn frame(json: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(json.len() + 2);
+    v.push(RS);
+    v.extend_from_slice(json);
+    v.push(b'\n');
+    v
+}
+
 /// Protocol version (`v`).
 pub const PROTOCOL_VERSION: u32 = 1;
 /// The state directory's layout, as a client finds it: the request FIFO,
@@ -144,6 +161,14 @@ struct Addressing {
     reply: Option<String>,
 }
 
+/// A JSON text whose value is an object (its first significant byte is
+/// `{`). Checked before any struct is deserialised from it: serde's derive
+/// also accepts an array, taking the fields by position.
+pub fn is_object(json: &str) -> bool {
+    json.trim_start_matches([' ', '\t', '\n', '\r'])
+        .starts_with('{')
+}
+
 /// Classifies a serde_json error into the refusal it stands for.
 pub fn json_error_reason(e: &serde_json::Error) -> RefusalReason {
     let msg = e.to_string();
@@ -167,17 +192,23 @@ fn field<'de, T: Deserialize<'de>>(
 
 /// Parses one request line (without its newline). `line` may be any bytes.
 pub fn parse_request(line: &[u8]) -> Result<ParsedRequest, Refusal> {
-    if line.len() + 1 > MAX_REQUEST {
+    if line.len() + 2 > MAX_REQUEST {
         return Err(Refusal::new(
             RefusalReason::Oversize,
             format!(
-                "request is {} bytes with its newline; the cap is {MAX_REQUEST}",
-                line.len() + 1
+                "request is {} bytes with RS and LF; the cap is {MAX_REQUEST}",
+                line.len() + 2
             ),
         ));
     }
     let text = std::str::from_utf8(line)
         .map_err(|e| Refusal::new(RefusalReason::Malformed, format!("invalid UTF-8: {e}")))?;
+    if !is_object(text) {
+        return Err(Refusal::new(
+            RefusalReason::Malformed,
+            "a request is a JSON object",
+        ));
+    }
     let wire: Wire = match serde_json::from_str(text) {
         Ok(w) => w,
         Err(e) => {
@@ -230,6 +261,12 @@ pub fn parse_request(line: &[u8]) -> Result<ParsedRequest, Refusal> {
         )));
     }
     let op: Op = field(wire.op, RefusalReason::BadOp, "op").map_err(addressed)?;
+    if !is_object(wire.caller.get()) {
+        return Err(addressed(Refusal::new(
+            RefusalReason::BadCaller,
+            "caller must be an object {\"pid\",\"start_time\",\"uid\"}",
+        )));
+    }
     let caller: Caller = serde_json::from_str(wire.caller.get()).map_err(|e| {
         let reason = match json_error_reason(&e) {
             RefusalReason::Malformed => RefusalReason::BadCaller,
@@ -520,6 +557,17 @@ mod tests {
             parse_request(b"{\"v\":1,\xff}").unwrap_err().reason,
             RefusalReason::Malformed
         );
+    }
+
+    #[test]
+    fn arrays_are_never_taken_for_objects() {
+        let line = spawn_line("");
+        let as_array = line.replace(r#"{"pid":5,"start_time":7,"uid":0}"#, "[5,7,0]");
+        assert_ne!(as_array, line);
+        assert_eq!(reason(&as_array), RefusalReason::BadCaller);
+        let whole = r#"[1,"spawn","a1",{"pid":5,"start_time":7,"uid":0},"r1",["/bin/true"],1000,"discard"]"#;
+        assert_eq!(reason(whole), RefusalReason::Malformed);
+        assert_eq!(reason(" \n [1]"), RefusalReason::Malformed);
     }
 
     #[test]

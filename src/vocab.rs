@@ -186,8 +186,13 @@ pub enum Capture {
 pub enum RefusalReason {
     /// Not JSON, not an object, invalid UTF-8, a missing field or a wrong type.
     Malformed,
-    /// Longer than 4096 bytes with its newline.
+    /// Longer than 4096 bytes with its RS and LF.
     Oversize,
+    /// A line that did not start with RS (requests are RFC 7464 texts).
+    Framing,
+    /// Bytes cut off by the next RS before their LF (a writer that died
+    /// mid-request, or garbage): discarded so they cannot touch the next.
+    Truncated,
     UnknownField,
     DuplicateKey,
     BadVersion,
@@ -220,6 +225,9 @@ pub enum RefusalReason {
     NotExecutable,
     /// fork/pipe/pidfd failed inside the watchdog.
     SpawnFailed,
+    /// The watchdog is out of descriptors (EMFILE, ENFILE) for checking
+    /// this caller; the request may be sent again.
+    NoDescriptors,
 }
 
 impl RefusalReason {
@@ -227,6 +235,8 @@ impl RefusalReason {
         match self {
             RefusalReason::Malformed => "malformed",
             RefusalReason::Oversize => "oversize",
+            RefusalReason::Framing => "framing",
+            RefusalReason::Truncated => "truncated",
             RefusalReason::UnknownField => "unknown_field",
             RefusalReason::DuplicateKey => "duplicate_key",
             RefusalReason::BadVersion => "bad_version",
@@ -248,6 +258,7 @@ impl RefusalReason {
             RefusalReason::NotFound => "not_found",
             RefusalReason::NotExecutable => "not_executable",
             RefusalReason::SpawnFailed => "spawn_failed",
+            RefusalReason::NoDescriptors => "no_descriptors",
         }
     }
 }

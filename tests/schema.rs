@@ -98,13 +98,17 @@ fn all_refusals() -> Vec<RefusalReason> {
         NotFound,
         NotExecutable,
         SpawnFailed,
+        Framing,
+        Truncated,
+        NoDescriptors,
     ];
     for r in &all {
         match r {
             Malformed | Oversize | UnknownField | DuplicateKey | BadVersion | BadOp | BadId
             | BadCaller | BadArgv | RelativeArgv0 | BadDeadline | BadCapture | BadName
             | BadReply | CallerNotAlive | CallerMismatch | CallerNotOwned | DuplicateId
-            | Aborted | Closed | NotFound | NotExecutable | SpawnFailed => {}
+            | Aborted | Closed | NotFound | NotExecutable | SpawnFailed | Framing | Truncated
+            | NoDescriptors => {}
         }
     }
     all

@@ -314,7 +314,10 @@ class Client:
         return req
 
     def _send(self, req):
-        line = (json.dumps(req, separators=(",", ":")) + "\n").encode()
+        # RFC 7464 framing (SPEC 3.3): RS, one JSON text, LF. RS always starts
+        # a new text, so a fragment left by a writer that died cannot
+        # swallow this request.
+        line = b"\x1e" + json.dumps(req, separators=(",", ":")).encode() + b"\n"
         if len(line) > MAX_REQUEST:
             raise ReaError(f"request is {len(line)} bytes; the protocol's cap is "
                            f"{MAX_REQUEST} (argv too long?)")

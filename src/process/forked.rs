@@ -15,27 +15,54 @@ use std::process::{Child, ChildStderr, ChildStdout, Command};
 /// it as an orphan when it exits.
 #[derive(Debug)]
 pub struct Forked {
-    child: Child,
+    pid: i32,
+    /// std's handle when it was spawned through a `Command` (its pipes).
+    child: Option<Child>,
+}
+
+/// Which side of [`Forked::fork`] this is.
+pub enum Fork {
+    /// The parent, with its new child.
+    Parent(Forked),
+    /// The child (a copy of the caller, running on).
+    Child,
 }
 
 impl Forked {
     /// Forks and execs `cmd` (std's `Command::spawn`: it returns once exec
     /// succeeded, or reaps the child and returns exec's error).
     pub fn spawn(cmd: &mut Command) -> io::Result<Forked> {
+        let child = cmd.spawn()?;
         Ok(Forked {
-            child: cmd.spawn()?,
+            pid: child.id() as i32,
+            child: Some(child),
         })
     }
 
+    /// A plain `fork()` of this process. Only for a process that has one
+    /// thread (the watchdog before it starts serving): the child is a copy
+    /// that runs on from here.
+    pub fn fork() -> io::Result<Fork> {
+        // SAFETY: the caller is single-threaded (documented above), so the
+        // child gets a consistent copy of every lock and allocation.
+        match unsafe { nix::unistd::fork() }.map_err(io::Error::from)? {
+            nix::unistd::ForkResult::Child => Ok(Fork::Child),
+            nix::unistd::ForkResult::Parent { child } => Ok(Fork::Parent(Forked {
+                pid: child.as_raw(),
+                child: None,
+            })),
+        }
+    }
+
     pub fn pid(&self) -> i32 {
-        self.child.id() as i32
+        self.pid
     }
 
     pub fn take_stdout(&mut self) -> Option<ChildStdout> {
-        self.child.stdout.take()
+        self.child.as_mut()?.stdout.take()
     }
 
     pub fn take_stderr(&mut self) -> Option<ChildStderr> {
-        self.child.stderr.take()
+        self.child.as_mut()?.stderr.take()
     }
 }

@@ -96,8 +96,35 @@ impl AsFd for VerifiedPidFd {
 pub enum BindError {
     /// The process no longer exists: nothing to signal, nothing uncertain.
     Gone,
+    /// No descriptor to spare (EMFILE, ENFILE, ENOMEM) for the pidfd or the
+    /// read-back: nothing was learnt about the process; bind it again later
+    /// (SPEC 3.5 "Descriptors"). Not an uncertain mapping by itself.
+    NoDescriptors(String),
     /// It may be alive, but the fd cannot be proven to name it.
     Uncertain { reason: Uncertainty, detail: String },
+}
+
+/// An error that says "out of descriptors or memory", not "no such process".
+pub fn short_of_descriptors(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)
+    )
+}
+
+/// `pidfd_open` as a bind sees it.
+fn open_for_bind(pid: i32) -> Result<OwnedFd, BindError> {
+    match pidfd_open(pid) {
+        Ok(fd) => Ok(fd),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Err(BindError::Gone),
+        Err(e) if short_of_descriptors(&e) => {
+            Err(BindError::NoDescriptors(format!("pidfd_open({pid}): {e}")))
+        }
+        Err(e) => Err(uncertain(
+            Uncertainty::PidfdFailed,
+            format!("pidfd_open({pid}): {e}"),
+        )),
+    }
 }
 
 fn uncertain(reason: Uncertainty, detail: impl Into<String>) -> BindError {
@@ -123,6 +150,9 @@ fn read_back(pid: i32) -> Result<(Stat, u32), BindError> {
     let st = match read_stat(pid) {
         Ok(st) => st,
         Err(e) if is_gone(&e) => return Err(BindError::Gone),
+        Err(e) if short_of_descriptors(&e) => {
+            return Err(BindError::NoDescriptors(format!("/proc/{pid}/stat: {e}")))
+        }
         Err(e) => {
             return Err(uncertain(
                 Uncertainty::Unreadable,
@@ -133,6 +163,9 @@ fn read_back(pid: i32) -> Result<(Stat, u32), BindError> {
     let uids = match read_uids(pid) {
         Ok(u) => u,
         Err(e) if is_gone(&e) => return Err(BindError::Gone),
+        Err(e) if short_of_descriptors(&e) => {
+            return Err(BindError::NoDescriptors(format!("/proc/{pid}/status: {e}")))
+        }
         Err(e) => {
             return Err(uncertain(
                 Uncertainty::Unreadable,
@@ -161,16 +194,7 @@ pub fn bind(
     parent_ok: impl Fn(i32) -> bool,
 ) -> Result<VerifiedPidFd, BindError> {
     let pid = scanned.pid;
-    let fd = match pidfd_open(pid) {
-        Ok(fd) => fd,
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(BindError::Gone),
-        Err(e) => {
-            return Err(uncertain(
-                Uncertainty::PidfdFailed,
-                format!("pidfd_open({pid}): {e}"),
-            ))
-        }
-    };
+    let fd = open_for_bind(pid)?;
     let (st, uid) = read_back(pid)?;
     if st.start_time != scanned.start_time {
         return Err(uncertain(
@@ -202,16 +226,7 @@ pub fn bind(
 /// Binds a process named by a claimed identity (the root controller, a
 /// request's caller): the start time and uid read back must match.
 pub fn bind_ident(ident: Ident) -> Result<VerifiedPidFd, BindError> {
-    let fd = match pidfd_open(ident.pid) {
-        Ok(fd) => fd,
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(BindError::Gone),
-        Err(e) => {
-            return Err(uncertain(
-                Uncertainty::PidfdFailed,
-                format!("pidfd_open({}): {e}", ident.pid),
-            ))
-        }
-    };
+    let fd = open_for_bind(ident.pid)?;
     let (st, uid) = read_back(ident.pid)?;
     if st.is_zombie() {
         return Err(BindError::Gone);

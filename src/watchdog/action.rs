@@ -22,7 +22,8 @@ use mio::{Events, Interest};
 use super::config::Config;
 use super::effect::{Closer, Effect, Effects};
 use super::external::External;
-use super::intake::{self, Admitted, Desk, Intake, Text};
+use super::framer::Text;
+use super::intake::{Admitted, Desk, Intake, TEXT_BUDGET};
 use super::jobs::{Jobs, LaunchRequest, Launched};
 use super::ledger::Ledger;
 use super::ownership::{self, Running, StopDesk};
@@ -125,23 +126,25 @@ impl Action {
             if let Phase::Finished(f) = self.phase {
                 return f;
             }
-            let timeout = self
-                .phase
-                .wake(self.jobs.next_deadline())
-                .map(|t| t.saturating_duration_since(Instant::now()));
+            let wake = self.phase.wake(self.jobs.next_deadline());
+            let wake = wake.into_iter().chain(self.ledger.burst_due()).min();
+            let timeout = match self.intake.pending() {
+                true => Some(Duration::ZERO), // FIFO input left from the last budget
+                false => wake.map(|t| t.saturating_duration_since(Instant::now())),
+            };
             if let Err(e) = self.src.wait(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     self.poll_failed(e);
                 }
                 continue;
             }
-            let mut children = false;
+            let (mut children, mut fifo) = (false, false);
             for ev in events.iter() {
                 let mut fx = Effects::default();
                 match self.src.source(ev.token()) {
                     Some(Source::Signals) => children |= self.ext.on_signals(&mut fx),
                     Some(Source::Root) => self.ext.on_root(&mut self.src, &mut fx),
-                    Some(Source::Fifo) => self.on_fifo(),
+                    Some(Source::Fifo) => fifo = true,
                     Some(Source::Leader(_)) => children = true,
                     Some(s @ (Source::Output(..) | Source::Pass(_) | Source::Caller(_))) => {
                         let (src, ledger) = (&mut self.src, &mut self.ledger);
@@ -160,6 +163,9 @@ impl Action {
                 if matches!(self.phase, Phase::Finished(_)) {
                     break;
                 }
+            }
+            if fifo || self.intake.pending() {
+                self.on_fifo(); // one budget a wake-up, after the other events
             }
             self.after_events(children, Instant::now());
         }
@@ -185,6 +191,7 @@ impl Action {
         if let (Phase::Running { .. }, Some(t)) = (&self.phase, deadline) {
             self.on(Input::Trigger(t));
         }
+        self.ledger.tick(now);
         self.maybe_finish();
     }
 
@@ -291,11 +298,16 @@ impl Action {
         last
     }
 
+    /// One budget of FIFO input (`intake.rs`): at most one read, at most
+    /// [`TEXT_BUDGET`] texts that need work.
     fn on_fifo(&mut self) {
-        for text in intake::read_fifo(&mut self.state.fifo, &mut self.intake.framer) {
-            if matches!(self.phase, Phase::Finished(_)) {
+        self.intake.fill(&mut self.state.fifo);
+        let mut budget = TEXT_BUDGET;
+        while budget > 0 && !matches!(self.phase, Phase::Finished(_)) {
+            let Some(text) = self.intake.next() else {
                 break;
-            }
+            };
+            budget -= usize::from(matches!(text, Text::Json(_)));
             self.on_text(text);
         }
     }
@@ -310,6 +322,7 @@ impl Action {
             state: &self.state,
             me: self.me,
             root: self.ext.root(),
+            root_alive: self.ext.root_alive(),
             root_caller: (self.cfg.mode == Mode::Run).then(|| self.ext.root()),
             gate,
             fx: &mut fx,

@@ -21,7 +21,12 @@ pub type Refused = (RefusalReason, String);
 
 /// Binds the claimed caller (pidfd first, then read back), then walks its
 /// PPID links up to the watchdog or the root.
-pub fn verify(claim: Caller, me: Ident, root: Ident) -> Result<Verified, Refused> {
+pub fn verify(
+    claim: Caller,
+    me: Ident,
+    root: Ident,
+    root_alive: bool,
+) -> Result<Verified, Refused> {
     if claim.uid != me.uid {
         return Err((
             RefusalReason::CallerMismatch,
@@ -31,6 +36,18 @@ pub fn verify(claim: Caller, me: Ident, root: Ident) -> Result<Verified, Refused
             ),
         ));
     }
+    if claim.ident() == root {
+        // Bound at start and watched since: no new descriptor is needed, so
+        // the root's stop and close work however short of them the watchdog
+        // is (SPEC 3.5 "Descriptors").
+        return match root_alive {
+            true => Ok(Verified::Root),
+            false => Err((
+                RefusalReason::CallerNotAlive,
+                format!("caller pid {} (the root) is not alive", claim.pid),
+            )),
+        };
+    }
     let fd = match bind_ident(claim.ident()) {
         Ok(fd) => fd,
         Err(BindError::Gone) => {
@@ -39,13 +56,13 @@ pub fn verify(claim: Caller, me: Ident, root: Ident) -> Result<Verified, Refused
                 format!("caller pid {} is not alive", claim.pid),
             ))
         }
+        Err(BindError::NoDescriptors(detail)) => {
+            return Err((RefusalReason::NoDescriptors, detail))
+        }
         Err(BindError::Uncertain { detail, .. }) => {
             return Err((RefusalReason::CallerMismatch, detail))
         }
     };
-    if claim.ident() == root {
-        return Ok(Verified::Root);
-    }
     let mut pid = fd.proc().ppid;
     for _ in 0..MAX_ANCESTRY {
         if pid == me.pid {

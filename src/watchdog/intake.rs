@@ -1,25 +1,28 @@
 //! The intake room: FIFO bytes → request texts → admitted requests.
 //!
-//! Two pure parts, each testable without a process:
-//! - the [`Framer`] cuts the byte stream into texts (one request a line,
-//!   at most [`MAX_REQUEST`] bytes with its newline; a longer one is
-//!   refused once and skipped up to its newline);
-//! - [`Intake::admit`] decides, for a request that parsed and whose caller
-//!   was checked against `/proc`, whether it is accepted, from the state
-//!   the loop hands in ([`Gate`]), never from the loop itself.
-//!
-//! [`Intake::take`] runs one text through all of it: the parser of one
-//! text (`protocol::parse_request`), its records, the reply channel, who
-//! the caller is (`caller::verify`), admission. Refusals are recorded and
-//! answered here (as effects); what an admitted request does is the loop's.
+//! - The framer (`framer.rs`) cuts the byte stream into RFC 7464 texts.
+//! - [`Intake::fill`] and [`Intake::next`] bound the work of one wake-up
+//!   (SPEC 3.10): one FIFO read of at most [`READ_BUDGET`] bytes at a time,
+//!   and at most [`TEXT_BUDGET`] texts that need real work, before signals,
+//!   pidfds, deadlines and the stop step get their turn. A job flooding the
+//!   FIFO can slow its own requests, never the watchdog.
+//! - [`Intake::take`] runs one text through the parser
+//!   (`protocol::parse_request`), the reply channel, the caller check
+//!   (`caller::verify`) and admission. A refusal that can be answered is
+//!   recorded and answered one by one; one that cannot (garbage, fragments,
+//!   no usable reply FIFO) only joins the ledger's burst of unanswerable
+//!   refusals, one record per burst, not two synced records per bad line.
+//! - [`Intake::admit`] is pure: a parsed request, its checked caller and
+//!   the state the loop hands in ([`Gate`]) → accepted or refused.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::AsFd;
 
 use super::caller::{self, Verified};
 use super::effect::{Effects, ReplyTo};
+use super::framer::{Framer, Text};
 use super::jobs::LaunchRequest;
 use super::ledger::Ledger;
 use super::reply::Replies;
@@ -29,70 +32,12 @@ use crate::audit::record::{Event, RequestReceived, RequestRefused};
 use crate::protocol::{parse_request, ParsedRequest, Reply, MAX_REQUEST, PROTOCOL_VERSION};
 use crate::vocab::{bounded, Ident, Op, RefusalReason, StopReason};
 
-/// One framed text.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Text {
-    /// A line without its newline.
-    Line(Vec<u8>),
-    /// A line that reached the cap without a newline (its length so far);
-    /// the rest of it, up to the next newline, is skipped.
-    Oversize(usize),
-}
-
-/// Cuts FIFO bytes into texts; keeps a partial line between reads.
-#[derive(Debug, Default)]
-pub struct Framer {
-    buf: Vec<u8>,
-    skipping: bool,
-}
-
-impl Framer {
-    /// Appends the texts completed by `data` to `out`.
-    pub fn feed(&mut self, mut data: &[u8], out: &mut Vec<Text>) {
-        while !data.is_empty() {
-            match data.iter().position(|&b| b == b'\n') {
-                Some(i) => {
-                    let (line, rest) = (&data[..i], &data[i + 1..]);
-                    data = rest;
-                    if self.skipping {
-                        self.skipping = false;
-                        self.buf.clear();
-                        continue;
-                    }
-                    let mut whole = std::mem::take(&mut self.buf);
-                    whole.extend_from_slice(line);
-                    out.push(Text::Line(whole));
-                }
-                None => {
-                    if !self.skipping {
-                        self.buf.extend_from_slice(data);
-                        if self.buf.len() >= MAX_REQUEST {
-                            out.push(Text::Oversize(self.buf.len()));
-                            self.buf.clear();
-                            self.skipping = true;
-                        }
-                    }
-                    break;
-                }
-            }
-        }
-    }
-}
-
-/// Reads the FIFO until it would block and frames what was read.
-pub fn read_fifo(fifo: &mut File, framer: &mut Framer) -> Vec<Text> {
-    let mut buf = [0u8; 65536];
-    let mut out = Vec::new();
-    loop {
-        match fifo.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => framer.feed(&buf[..n], &mut out),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        }
-    }
-    out
-}
+/// Bytes read from the FIFO at a time (one read per wake-up at most).
+pub const READ_BUDGET: usize = 64 * 1024;
+/// Texts that need real work (parse, caller check, records) per wake-up.
+/// Texts refused without a word (unframed, truncated, oversize) cost only a
+/// count and are not limited beyond the read budget.
+pub const TEXT_BUDGET: usize = 64;
 
 /// The state admission decides on, handed in by the loop.
 #[derive(Clone, Copy, Debug)]
@@ -126,6 +71,7 @@ pub struct Desk<'a> {
     pub state: &'a StateDir,
     pub me: Ident,
     pub root: Ident,
+    pub root_alive: bool,
     /// Who `job_spawned` names when the root asked (`None` in exec mode).
     pub root_caller: Option<Ident>,
     pub gate: Gate,
@@ -138,27 +84,25 @@ impl Desk<'_> {
             .open(self.state.replies.as_fd(), name, self.me.uid)
     }
 
-    /// Records a refusal (durably) and answers it where a channel exists.
-    fn refuse(&mut self, (reason, detail): Refused, id: Option<String>, chan: Option<u64>) {
+    /// Records a refusal (durably) and answers it on `chan`.
+    fn refuse(&mut self, (reason, detail): Refused, id: Option<String>, chan: u64) {
         let detail = bounded(&detail);
         self.ledger.record(Event::RequestRefused(RequestRefused {
             id: id.clone(),
             reason,
             detail: detail.clone(),
         }));
-        if let Some(chan) = chan {
-            let to = ReplyTo {
-                chan,
-                id: id.clone().unwrap_or_else(|| "?".into()),
-            };
-            let reply = Reply::Refused {
-                v: PROTOCOL_VERSION,
-                id,
-                reason,
-                detail,
-            };
-            self.fx.reply(&to, reply, true);
-        }
+        let to = ReplyTo {
+            chan,
+            id: id.clone().unwrap_or_else(|| "?".into()),
+        };
+        let reply = Reply::Refused {
+            v: PROTOCOL_VERSION,
+            id,
+            reason,
+            detail,
+        };
+        self.fx.reply(&to, reply, true);
     }
 }
 
@@ -171,37 +115,90 @@ fn received(id: Option<String>, req: Option<&ParsedRequest>, bytes: u64) -> Even
     })
 }
 
-/// Admission's memory: the request ids used in this run.
+/// The intake's state: the framer, texts framed but not yet taken, and
+/// admission's memory of the request ids used in this run.
 #[derive(Debug, Default)]
 pub struct Intake {
-    pub framer: Framer,
+    framer: Framer,
+    queue: VecDeque<Text>,
+    /// The last read filled its buffer: the FIFO may hold more.
+    more: bool,
     used_ids: HashSet<String>,
 }
 
 impl Intake {
+    /// Reads the FIFO once (at most [`READ_BUDGET`] bytes) if every text
+    /// read before has been taken. Memory stays bounded by one read.
+    pub fn fill(&mut self, fifo: &mut File) {
+        if !self.queue.is_empty() {
+            return;
+        }
+        let mut buf = vec![0u8; READ_BUDGET];
+        let mut out = Vec::new();
+        self.more = loop {
+            match fifo.read(&mut buf) {
+                Ok(n) => {
+                    self.framer.feed(&buf[..n], &mut out);
+                    break n == buf.len();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => break false, // EAGAIN: drained
+            }
+        };
+        self.queue.extend(out);
+    }
+
+    /// The next framed text, if any.
+    pub fn next(&mut self) -> Option<Text> {
+        self.queue.pop_front()
+    }
+
+    /// Input is waiting (framed texts, or a FIFO that may hold more): the
+    /// loop must come back without sleeping.
+    pub fn pending(&self) -> bool {
+        self.more || !self.queue.is_empty()
+    }
+
     /// Takes one framed text: records it (a request that parsed durably,
     /// before anything is decided on it), opens its reply channel, checks
     /// its caller and admits it. `None` when it was refused (recorded and
     /// answered where it can be).
     pub fn take(&mut self, text: Text, desk: &mut Desk<'_>) -> Option<Admitted> {
-        let line = match text {
-            Text::Line(line) => line,
-            Text::Oversize(len) => {
-                desk.ledger.append(received(None, None, len as u64));
-                let detail = format!("request longer than {MAX_REQUEST} bytes with its newline");
-                desk.refuse((RefusalReason::Oversize, detail), None, None);
-                return None;
+        let quiet = |desk: &mut Desk<'_>, reason, detail: String, bytes: usize| {
+            desk.ledger.refused_quietly(reason, &detail, bytes as u64);
+            None
+        };
+        let json = match text {
+            Text::Json(json) => json,
+            Text::Unframed(n) => {
+                let detail = "a line without RS: requests are RS, JSON, LF (RFC 7464)";
+                return quiet(desk, RefusalReason::Framing, detail.into(), n);
+            }
+            Text::Truncated(n) => {
+                let detail = format!("{n} bytes cut off by the next RS before their LF");
+                return quiet(desk, RefusalReason::Truncated, detail, n);
+            }
+            Text::Oversize(n) => {
+                let detail = format!("a text longer than {MAX_REQUEST} bytes with RS and LF");
+                return quiet(desk, RefusalReason::Oversize, detail, n);
             }
         };
-        let bytes = line.len() as u64 + 1;
-        let req = match parse_request(&line) {
+        let bytes = json.len() as u64 + 2;
+        let req = match parse_request(&json) {
             Ok(req) => req,
-            Err(r) => {
-                desk.ledger.append(received(r.id.clone(), None, bytes));
-                let chan = r.reply.as_deref().and_then(|n| desk.open_reply(n).ok());
-                desk.refuse((r.reason, r.detail), r.id, chan);
-                return None;
-            }
+            Err(r) => match r.reply.as_deref().and_then(|n| desk.open_reply(n).ok()) {
+                Some(chan) => {
+                    desk.ledger.append(received(r.id.clone(), None, bytes));
+                    desk.refuse((r.reason, r.detail), r.id, chan);
+                    return None;
+                }
+                None => return quiet(desk, r.reason, r.detail, bytes as usize),
+            },
+        };
+        // Without a usable reply FIFO nobody can be told: a quiet refusal.
+        let chan = match desk.open_reply(&req.reply) {
+            Ok(c) => c,
+            Err(d) => return quiet(desk, RefusalReason::BadReply, d, bytes as usize),
         };
         desk.ledger
             .record(received(Some(req.id.clone()), Some(&req), bytes));
@@ -211,19 +208,12 @@ impl Intake {
             // taken; nothing launches meanwhile.
             gate.stopped_for.get_or_insert(StopReason::AuditFailure);
         }
-        let chan = match desk.open_reply(&req.reply) {
-            Ok(c) => c,
-            Err(d) => {
-                desk.refuse((RefusalReason::BadReply, d), Some(req.id), None);
-                return None;
-            }
-        };
-        let caller = caller::verify(req.caller, desk.me, desk.root);
+        let caller = caller::verify(req.caller, desk.me, desk.root, desk.root_alive);
         let id = req.id.clone();
         match self.admit(req, chan, caller, gate, desk.root_caller) {
             Ok(a) => Some(a),
             Err(r) => {
-                desk.refuse(r, Some(id), Some(chan));
+                desk.refuse(r, Some(id), chan);
                 None
             }
         }
@@ -286,38 +276,6 @@ impl Intake {
 mod tests {
     use super::*;
     use crate::protocol::parse_request;
-
-    fn texts(chunks: &[&[u8]]) -> Vec<Text> {
-        let mut f = Framer::default();
-        let mut out = Vec::new();
-        for c in chunks {
-            f.feed(c, &mut out);
-        }
-        out
-    }
-
-    #[test]
-    fn lines_are_cut_at_newlines_across_reads() {
-        let out = texts(&[b"ab\ncd", b"e\n\nf"]);
-        assert_eq!(
-            out,
-            vec![
-                Text::Line(b"ab".to_vec()),
-                Text::Line(b"cde".to_vec()),
-                Text::Line(Vec::new())
-            ]
-        );
-    }
-
-    #[test]
-    fn an_oversize_line_is_refused_once_and_skipped_to_its_newline() {
-        let big = vec![b'x'; MAX_REQUEST + 10];
-        let out = texts(&[&big, b"yyy", b"y\nok\n"]);
-        assert_eq!(
-            out,
-            vec![Text::Oversize(MAX_REQUEST + 10), Text::Line(b"ok".to_vec())]
-        );
-    }
 
     fn request(op: &str, id: &str) -> ParsedRequest {
         let extra = if op == "spawn" {

@@ -15,11 +15,17 @@
 
 use std::collections::HashSet;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
-use crate::audit::record::{Counts, Event, MappingUncertain};
+use crate::audit::record::{Counts, Event, MappingUncertain, RequestRefused, RequestsRefused};
 use crate::audit::{AuditError, AuditWriter};
 use crate::process::identity::{real_uid, Stat, UNKNOWN_UID};
-use crate::vocab::{bounded, Uncertainty};
+use crate::vocab::{bounded, RefusalReason, Uncertainty};
+
+/// How long a burst of unanswerable refusals collects before it is
+/// recorded (unless another record comes first): a flood at full speed
+/// then costs one small record a second (SPEC 3.10: ≤ 1 MiB a minute).
+pub const BURST: Duration = Duration::from_secs(1);
 
 pub struct Ledger {
     audit: AuditWriter,
@@ -29,6 +35,8 @@ pub struct Ledger {
     error: Option<String>,
     /// A failure the loop has not yet turned into a stop.
     unhandled: Option<String>,
+    /// Unanswerable refusals not yet recorded, and when the first came.
+    burst: Option<(Instant, RequestsRefused)>,
     sealed: bool,
 }
 
@@ -40,6 +48,7 @@ impl Ledger {
             uncertain: HashSet::new(),
             error: None,
             unhandled: None,
+            burst: None,
             sealed: false,
         }
     }
@@ -53,11 +62,25 @@ impl Ledger {
     }
 
     /// Appends a record, durable at the next [`Ledger::sync`]. Once sealed,
-    /// nothing is appended (the receipt stays the last record).
+    /// nothing is appended (the receipt stays the last record). A pending
+    /// burst of quiet refusals is recorded first, so records stay in order.
     pub fn append(&mut self, ev: Event) {
         if self.sealed {
             return;
         }
+        self.flush_burst();
+        self.write(ev);
+    }
+
+    /// Records the pending burst of quiet refusals now, if there is one
+    /// (before the receipt is made, so its counts include it).
+    pub fn flush_burst(&mut self) {
+        if let Some((_, burst)) = self.burst.take() {
+            self.write(Event::RequestsRefused(burst));
+        }
+    }
+
+    fn write(&mut self, ev: Event) {
         match self.audit.append(&ev) {
             Ok(_) => self.counts.add(&ev),
             Err(e) => self.failed(e),
@@ -91,6 +114,44 @@ impl Ledger {
             reason,
             detail: bounded(detail),
         }));
+    }
+
+    /// A refusal nobody can be told of (no usable reply channel): counted
+    /// into the current burst, the first few with their detail.
+    pub fn refused_quietly(&mut self, reason: RefusalReason, detail: &str, bytes: u64) {
+        let (_, b) = self.burst.get_or_insert_with(|| {
+            let empty = RequestsRefused {
+                count: 0,
+                bytes: 0,
+                reasons: Default::default(),
+                first: Vec::new(),
+            };
+            (Instant::now(), empty)
+        });
+        b.count += 1;
+        b.bytes += bytes;
+        *b.reasons.entry(reason).or_insert(0) += 1;
+        if b.first.len() < RequestsRefused::SAMPLES {
+            b.first.push(RequestRefused {
+                id: None,
+                reason,
+                detail: bounded(detail),
+            });
+        }
+    }
+
+    /// Records the burst once it is [`BURST`] old (called every wake-up);
+    /// it becomes durable with the next sync.
+    pub fn tick(&mut self, now: Instant) {
+        let due = self.burst_due().is_some_and(|due| now >= due);
+        if due && !self.sealed {
+            self.flush_burst();
+        }
+    }
+
+    /// When the pending burst must be recorded at the latest.
+    pub fn burst_due(&self) -> Option<Instant> {
+        self.burst.as_ref().map(|(since, _)| *since + BURST)
     }
 
     /// Distinct processes recorded as uncertain mappings.

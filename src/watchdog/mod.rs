@@ -3,8 +3,10 @@
 pub mod action;
 pub mod caller;
 pub mod config;
+pub mod detach;
 pub mod effect;
 pub mod external;
+pub mod framer;
 pub mod intake;
 pub mod job;
 pub mod jobs;

@@ -44,12 +44,6 @@ fn open_action(cfg: &Config, root: &RootChoice, new_session: bool) -> Result<Act
         None => None,
     };
     let started = prepare(root, new_session)?;
-    if new_session && !started.own_session {
-        eprintln!(
-            "rea-watchdog: warning: already a process-group leader, so setsid() is impossible; \
-             staying in the caller's session (a hangup stops the action cleanly)"
-        );
-    }
     let state = state_dir::create(&cfg.state_dir).map_err(|e| e.to_string())?;
     let audit = AuditWriter::create(&cfg.audit_log, &cfg.run_id)
         .map_err(|e| format!("audit log {}: {e}", cfg.audit_log.display()))?;
@@ -188,7 +182,9 @@ fn exec_status(fin: &Finished) -> i32 {
         return EXIT_OWN_FAILURE;
     }
     match (fin.outcome, fin.stop_reason, fin.signal, fin.exec) {
-        (Outcome::Stopped, Some(StopReason::Signal), Some(sig), _) => 128 + sig,
+        (Outcome::Stopped, Some(StopReason::Signal | StopReason::Hangup), Some(sig), _) => {
+            128 + sig
+        }
         (Outcome::Stopped, ..) => EXIT_STOPPED,
         (Outcome::Closed, _, _, Some(ExecResult::Exited(status))) => status.shell_code(),
         (Outcome::Closed, ..) => EXIT_OWN_FAILURE,

@@ -169,7 +169,9 @@ impl Phase {
                 signal: None,
             }),
             Phase::Stopped { stop, done, end } => Some(Sealable {
-                signal: end.signal.filter(|_| end.reason == StopReason::Signal),
+                signal: end
+                    .signal
+                    .filter(|_| matches!(end.reason, StopReason::Signal | StopReason::Hangup)),
                 stop: Some((stop, done)),
                 close: end.close,
             }),

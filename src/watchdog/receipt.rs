@@ -194,6 +194,7 @@ pub struct Sealing<'a> {
 /// last record). Returns whether the receipt is positive, and the head
 /// (`None` when the receipt could not be made durable).
 pub fn seal(ev: &Evidence<'_>, at: &Sealing<'_>, ledger: &mut Ledger) -> (bool, Option<String>) {
+    ledger.flush_burst(); // its refusals are in the receipt's counts
     let removed = clear_temp_root(at.state, ev.quiescent(), ledger);
     let staging = inventory_staging(at.staging, at.staging_start, ledger);
     let rc = receipt(at.reason, ev, removed, staging, at.root_alive, ledger);

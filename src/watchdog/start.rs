@@ -12,6 +12,7 @@ use crate::audit::record::{DirIdentity, Event, Ident, RootBound, RootSource, Run
 use crate::process::identity::read_stat;
 use crate::process::pidfd::{bind_ident, BindError, VerifiedPidFd};
 
+use super::detach::detach;
 use super::priority::Base;
 
 /// The signals the loop reads from its signalfd (all blocked).
@@ -101,6 +102,9 @@ fn bind_root(choice: &RootChoice, uid: u32) -> Result<(VerifiedPidFd, RootSource
         Err(BindError::Gone) => Err(format!(
             "root controller pid {pid} is not alive (refusing to start)"
         )),
+        Err(BindError::NoDescriptors(detail)) => Err(format!(
+            "root controller pid {pid}: out of descriptors (refusing to start): {detail}"
+        )),
         Err(BindError::Uncertain { detail, .. }) => Err(format!(
             "root controller pid {pid} does not match (refusing to start): {detail}"
         )),
@@ -119,7 +123,13 @@ pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String
     let own_session = if new_session {
         match nix::unistd::setsid() {
             Ok(_) => true,
-            Err(nix::errno::Errno::EPERM) => false,
+            Err(nix::errno::Errno::EPERM) => {
+                // A process-group leader (a shell's foreground job): fork,
+                // and the child, no group leader, leaves (`detach.rs`).
+                detach().map_err(|e| format!("detaching from the caller's session: {e}"))?;
+                nix::unistd::setsid().map_err(|e| format!("setsid after detaching: {e}"))?;
+                true
+            }
             Err(e) => return Err(format!("setsid: {e}")),
         }
     } else {

@@ -58,6 +58,30 @@ const FIRST_PART: usize = 32;
 /// Targets in each later part (one durable record each; far below the
 /// audit line cap).
 const PART: usize = 512;
+/// Descriptors the stopper leaves free for everything else (the log, the
+/// FIFO, replies, a caller check), whatever the limit (SPEC 3.5
+/// "Descriptors"). The root's own stop and close need none: it is bound.
+const RESERVE: usize = 16;
+
+/// Descriptors the stopper may still open now: the soft limit, less what
+/// is open and the reserve. 0 when it cannot be told (no descriptor left
+/// even to list them).
+fn spare_descriptors() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 0;
+    }
+    let open = match std::fs::read_dir("/proc/self/fd") {
+        Ok(d) => d.count(),
+        Err(_) => return 0,
+    };
+    let soft = usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX);
+    soft.saturating_sub(open + RESERVE)
+}
 
 /// A sweep's record part being filled: the targets bound since the last
 /// part, and the closure members passed over (for the replay's parent links).
@@ -98,13 +122,20 @@ impl Trigger {
     }
 
     /// SIGTERM, SIGINT, SIGQUIT or SIGHUP to the watchdog: stop, then seal.
+    /// SIGHUP is a `hangup` (an SSH or terminal hangup: the controller's
+    /// channel is gone, which proves nothing about the controller), the
+    /// others a `signal`.
     pub fn signal(sig: i32) -> Trigger {
         let name = Signal::try_from(sig)
             .map(|s| s.as_str())
             .unwrap_or("signal");
+        let reason = match sig {
+            libc::SIGHUP => StopReason::Hangup,
+            _ => StopReason::Signal,
+        };
         Trigger {
             signal: Some(sig),
-            ..Trigger::new(StopReason::Signal, format!("{name} received")).finishing()
+            ..Trigger::new(reason, format!("{name} received")).finishing()
         }
     }
 
@@ -197,8 +228,17 @@ pub struct Stopper {
     termed: HashSet<Key>,
     killed: HashSet<Key>,
     uncertain: HashSet<Key>,
-    /// Every process signalled, until it is seen to have exited.
+    /// Processes whose bind failed for lack of descriptors: bound again in
+    /// every later sweep; uncertain only if still unbound, alive, when the
+    /// kill bound runs out.
+    retry: HashMap<Key, Stat>,
+    /// Processes signalled, held by their pidfd until seen to have exited,
+    /// as long as descriptors allow; beyond that the identity is kept (in
+    /// `termed`/`killed`) and the fd closed, and the proof rests on the
+    /// scan and ECHILD.
     held: HashMap<Key, VerifiedPidFd>,
+    /// At most this many held (half the descriptors spare at the start).
+    hold_cap: usize,
 }
 
 impl Stopper {
@@ -220,7 +260,9 @@ impl Stopper {
             termed: HashSet::new(),
             killed: HashSet::new(),
             uncertain: HashSet::new(),
+            retry: HashMap::new(),
             held: HashMap::new(),
+            hold_cap: spare_descriptors() / 2,
         }
     }
 
@@ -246,11 +288,19 @@ impl Stopper {
             self.kill_until = self.kill_until.max(now + self.kill_bound);
         }
         if self.stage == Stage::Kill && now >= self.kill_until {
+            let live: HashSet<Key> = scan.iter().map(|s| (s.pid, s.start_time)).collect();
+            for (key, st) in std::mem::take(&mut self.retry) {
+                if live.contains(&key) {
+                    let detail = "still no descriptor to bind it when the kill bound ran out";
+                    host.uncertain(&st, Uncertainty::PidfdFailed, detail);
+                }
+            }
             let left = scan.iter().filter(|s| !s.is_zombie()).count() as u64;
             return Step::Done(self.completed(now, echild, scan_empty, left));
         }
         let signalled = self.sweep(host, &scan);
-        self.quiet = if signalled { 0 } else { self.quiet + 1 };
+        let busy = signalled || !self.retry.is_empty(); // a bind to retry soon
+        self.quiet = if busy { 0 } else { self.quiet + 1 };
         let backoff = 1 << self.quiet.min(MAX_BACKOFF);
         let next = match self.stage {
             Stage::Term => (now + TERM_RESCAN * backoff).min(self.grace_until),
@@ -273,6 +323,7 @@ impl Stopper {
             targets: Vec::new(),
             others: Vec::new(),
         };
+        let mut spare = spare_descriptors();
         for st in scan {
             let key = (st.pid, st.start_time);
             let done = match stage {
@@ -287,9 +338,26 @@ impl Stopper {
                 part.others.push(link);
                 continue;
             }
+            if spare == 0 {
+                // Make room: signal what is bound, let go of held fds.
+                if !part.targets.is_empty() {
+                    self.signal_part(host, &mut part);
+                }
+                self.held.clear();
+                spare = spare_descriptors();
+            }
             match bind(st, me.uid, parent_ok) {
-                Ok(fd) => part.targets.push(fd),
+                Ok(fd) => {
+                    self.retry.remove(&key);
+                    spare = spare.saturating_sub(1);
+                    part.targets.push(fd);
+                }
                 Err(BindError::Gone) => part.others.push(link),
+                Err(BindError::NoDescriptors(_)) => {
+                    part.others.push(link);
+                    self.retry.insert(key, st.clone());
+                    spare = 0;
+                }
                 Err(BindError::Uncertain { reason, detail }) => {
                     part.others.push(link);
                     self.uncertain.insert(key);
@@ -299,7 +367,7 @@ impl Stopper {
             // Signal in parts as the scan goes: in a fork storm, binding
             // thousands first would leave all of them running meanwhile.
             let limit = if part.index == 0 { FIRST_PART } else { PART };
-            if part.targets.len() >= limit {
+            if part.targets.len() >= limit || (spare == 0 && !part.targets.is_empty()) {
                 self.signal_part(host, &mut part);
             }
         }
@@ -354,7 +422,10 @@ impl Stopper {
                 Stage::Term => self.termed.insert(key),
                 Stage::Kill => self.killed.insert(key),
             };
-            self.held.insert(key, t);
+            // Hold it while descriptors allow (the reserve stays free).
+            if self.held.len() < self.hold_cap {
+                self.held.insert(key, t);
+            }
         }
     }
 

@@ -127,18 +127,26 @@ impl Req {
         format!("{{{}}}", body.join(","))
     }
 
-    /// The request line with its newline, checked against the request
-    /// schema first (only for requests the test means to be valid).
+    /// The request as an RFC 7464 text (RS, JSON, LF), checked against the
+    /// request schema first (only for requests the test means to be valid).
     pub fn valid_line(&self) -> Vec<u8> {
         let t = self.text();
         assert_request_matches_schema(&t);
-        format!("{t}\n").into_bytes()
+        framed(t.as_bytes())
     }
 
-    /// The request line with its newline, unchecked.
+    /// The request as an RFC 7464 text, unchecked.
     pub fn line(&self) -> Vec<u8> {
-        format!("{}\n", self.text()).into_bytes()
+        framed(self.text().as_bytes())
     }
+}
+
+/// RS (0x1E), `json`, LF: one text as every writer must send it (SPEC 3.3).
+pub fn framed(json: &[u8]) -> Vec<u8> {
+    let mut v = vec![0x1e];
+    v.extend_from_slice(json);
+    v.push(b'\n');
+    v
 }
 
 /// Writes `bytes` to `STATE_DIR/requests` in one non-blocking write
