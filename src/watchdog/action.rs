@@ -304,7 +304,7 @@ impl Action {
         self.intake.fill(&mut self.state.fifo);
         let mut budget = TEXT_BUDGET;
         while budget > 0 && !matches!(self.phase, Phase::Finished(_)) {
-            let Some(text) = self.intake.next() else {
+            let Some(text) = self.intake.next_text() else {
                 break;
             };
             budget -= usize::from(matches!(text, Text::Json(_)));

@@ -149,7 +149,7 @@ impl Intake {
     }
 
     /// The next framed text, if any.
-    pub fn next(&mut self) -> Option<Text> {
+    pub fn next_text(&mut self) -> Option<Text> {
         self.queue.pop_front()
     }
 
