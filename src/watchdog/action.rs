@@ -12,7 +12,6 @@
 //! inputs and does what the table leaves to the loop: checking a close
 //! for leftovers, and sealing.
 
-use std::ffi::OsString;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
@@ -113,12 +112,6 @@ impl Action {
         &self.state
     }
 
-    /// exec mode: the one job, ARGV, with output passed through.
-    pub fn spawn_exec_job(&mut self, argv: &[OsString], deadline: Option<Duration>) {
-        let req = LaunchRequest::exec(argv, deadline);
-        self.launch(req);
-    }
-
     /// Serves until the receipt is written (or cannot be).
     pub fn run(mut self) -> Finished {
         let mut events = Events::with_capacity(1024);
@@ -126,8 +119,9 @@ impl Action {
             if let Phase::Finished(f) = self.phase {
                 return f;
             }
-            let wake = self.phase.wake(self.jobs.next_deadline());
-            let wake = wake.into_iter().chain(self.ledger.burst_due()).min();
+            let wake = self
+                .phase
+                .wake(self.jobs.next_deadline(), self.ledger.burst_due());
             let timeout = match self.intake.pending() {
                 true => Some(Duration::ZERO), // FIFO input left from the last budget
                 false => wake.map(|t| t.saturating_duration_since(Instant::now())),
@@ -172,10 +166,8 @@ impl Action {
     }
 
     /// Reaping, deadlines and the stop step, once per wake-up. A stop step
-    /// rescans /proc only at the instant the previous step asked for, or as
-    /// soon as reaping finds no child left (the proof may hold): rescanning
-    /// on every exit would cost O(N) scans while N processes die, CPU a
-    /// watchdog at SCHED_FIFO would take from the dying.
+    /// rescans /proc only when the last one asked, or when no child is left
+    /// (rescans on every exit: O(N) scans of O(N) while N processes die).
     fn after_events(&mut self, children: bool, now: Instant) {
         match &self.phase {
             Phase::Stopping { wake, .. } => {
@@ -208,10 +200,9 @@ impl Action {
         self.maybe_finish();
     }
 
-    /// Moves the phase (the table is `phase.rs`), applies what the
-    /// transition returned, then checks a pending close. A close seals at
-    /// once if it can; anything else seals at the end of the wake-up
-    /// ([`Action::after_events`]), never from inside another handler.
+    /// Moves the phase (`phase.rs`), applies what that returned, checks a
+    /// pending close. Only a close seals here; all else seals at the end of
+    /// the wake-up ([`Action::after_events`]), never inside another handler.
     fn on(&mut self, input: Input) {
         let close = matches!(input, Input::Close(_));
         let mut fx = Effects::default();
@@ -342,7 +333,8 @@ impl Action {
         }
     }
 
-    fn launch(&mut self, req: LaunchRequest) {
+    /// Launches a job: an admitted spawn, or exec's own (`LaunchRequest::exec`).
+    pub fn launch(&mut self, req: LaunchRequest) {
         let mut fx = Effects::default();
         let (src, ledger) = (&mut self.src, &mut self.ledger);
         // exec's own job failing to start ends exec; a nested request's

@@ -9,6 +9,7 @@ use serde_json::json;
 
 use super::action::Action;
 use super::config::Config;
+use super::jobs::LaunchRequest;
 use super::receipt::{ExecResult, Finished};
 use super::start::{prepare, RootChoice};
 use super::state_dir;
@@ -158,7 +159,7 @@ pub fn exec(mut cfg: Config, argv: Vec<OsString>, deadline: Option<std::time::Du
     {
         argv[0] = p.into_os_string();
     }
-    action.spawn_exec_job(&argv, deadline);
+    action.launch(LaunchRequest::exec(&argv, deadline));
     exec_status(&action.run())
 }
 

@@ -198,14 +198,16 @@ impl Phase {
         }
     }
 
-    /// When the loop must wake up at the latest: the next deadline while
-    /// running (`deadline`), the next stop step while stopping.
-    pub fn wake(&self, deadline: Option<Instant>) -> Option<Instant> {
-        match self {
+    /// When the loop must wake up at the latest: the next job deadline
+    /// while running, the next stop step while stopping, and `also` (a
+    /// burst of refusals to record) in any phase.
+    pub fn wake(&self, deadline: Option<Instant>, also: Option<Instant>) -> Option<Instant> {
+        let own = match self {
             Phase::Running { .. } => deadline,
             Phase::Stopping { wake, .. } => Some(*wake),
             Phase::Stopped { .. } | Phase::Finished(_) => None,
-        }
+        };
+        own.into_iter().chain(also).min()
     }
 
     /// What admission may see of the phase.
