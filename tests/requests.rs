@@ -74,11 +74,28 @@ impl Bench {
         ReplyFifo::create(self.dir(), &format!("r{}", self.next_reply))
     }
 
+    /// Every refusal recorded, in order: a `request_refused` record (an
+    /// answered refusal), or one entry per refusal of a `requests_refused`
+    /// burst (unanswerable ones; every burst here is shorter than its
+    /// sample list, so its samples are all of it, and that is checked).
     fn refusals(&self) -> Vec<Value> {
-        of_kind(&self.w.records(), "request_refused")
-            .into_iter()
-            .cloned()
-            .collect()
+        let mut out = Vec::new();
+        for r in self.w.records() {
+            match r["kind"].as_str() {
+                Some("request_refused") => out.push(r),
+                Some("requests_refused") => {
+                    let first = r["data"]["first"].as_array().cloned().unwrap_or_default();
+                    assert_eq!(
+                        r["data"]["count"],
+                        first.len(),
+                        "a burst within its samples: {r}"
+                    );
+                    out.extend(first.into_iter().map(|d| serde_json::json!({ "data": d })));
+                }
+                _ => {}
+            }
+        }
+        out
     }
 
     /// Sends one line that must be refused with `reason`: answered on
@@ -264,14 +281,14 @@ fn malformed_lines_are_refused() {
     let m = b.marker("malformed");
     // A line cut short: nothing can be addressed, only recorded.
     let whole = touch("m1", "nobody", &m).text();
-    let cut = format!("{}\n", &whole[..whole.len() - 12]);
-    b.refuse(cut.as_bytes(), None, "malformed");
+    let cut = framed(&whole.as_bytes()[..whole.len() - 12]);
+    b.refuse(&cut, None, "malformed");
     // Not an object.
-    let arr = format!("[{}]\n", js_array(&[TOUCH, &m]));
-    b.refuse(arr.as_bytes(), None, "malformed");
+    let arr = format!("[{}]", js_array(&[TOUCH, &m]));
+    b.refuse(&framed(arr.as_bytes()), None, "malformed");
     // Trailing garbage after the object.
-    let trail = format!("{} x\n", touch("m3", "nobody", &m).text());
-    b.refuse(trail.as_bytes(), None, "malformed");
+    let trail = format!("{} x", touch("m3", "nobody", &m).text());
+    b.refuse(&framed(trail.as_bytes()), None, "malformed");
     // A missing field: the address is readable, so the refusal is answered.
     b.refuse_answered("malformed", |r| touch("m5", r, &m).remove("caller"));
     b.refuse_answered("malformed", |r| touch("m6", r, &m).remove("v"));

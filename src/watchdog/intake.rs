@@ -164,23 +164,23 @@ impl Intake {
     /// its caller and admits it. `None` when it was refused (recorded and
     /// answered where it can be).
     pub fn take(&mut self, text: Text, desk: &mut Desk<'_>) -> Option<Admitted> {
-        let quiet = |desk: &mut Desk<'_>, reason, detail: String, bytes: usize| {
-            desk.ledger.refused_quietly(reason, &detail, bytes as u64);
+        let quiet = |desk: &mut Desk<'_>, id: Option<&str>, reason, detail: String, n: usize| {
+            desk.ledger.refused_quietly(id, reason, &detail, n as u64);
             None
         };
         let json = match text {
             Text::Json(json) => json,
             Text::Unframed(n) => {
                 let detail = "a line without RS: requests are RS, JSON, LF (RFC 7464)";
-                return quiet(desk, RefusalReason::Framing, detail.into(), n);
+                return quiet(desk, None, RefusalReason::Framing, detail.into(), n);
             }
             Text::Truncated(n) => {
                 let detail = format!("{n} bytes cut off by the next RS before their LF");
-                return quiet(desk, RefusalReason::Truncated, detail, n);
+                return quiet(desk, None, RefusalReason::Truncated, detail, n);
             }
             Text::Oversize(n) => {
                 let detail = format!("a text longer than {MAX_REQUEST} bytes with RS and LF");
-                return quiet(desk, RefusalReason::Oversize, detail, n);
+                return quiet(desk, None, RefusalReason::Oversize, detail, n);
             }
         };
         let bytes = json.len() as u64 + 2;
@@ -192,13 +192,16 @@ impl Intake {
                     desk.refuse((r.reason, r.detail), r.id, chan);
                     return None;
                 }
-                None => return quiet(desk, r.reason, r.detail, bytes as usize),
+                None => return quiet(desk, r.id.as_deref(), r.reason, r.detail, bytes as usize),
             },
         };
         // Without a usable reply FIFO nobody can be told: a quiet refusal.
         let chan = match desk.open_reply(&req.reply) {
             Ok(c) => c,
-            Err(d) => return quiet(desk, RefusalReason::BadReply, d, bytes as usize),
+            Err(d) => {
+                let id = Some(req.id.as_str());
+                return quiet(desk, id, RefusalReason::BadReply, d, bytes as usize);
+            }
         };
         desk.ledger
             .record(received(Some(req.id.clone()), Some(&req), bytes));

@@ -118,7 +118,13 @@ impl Ledger {
 
     /// A refusal nobody can be told of (no usable reply channel): counted
     /// into the current burst, the first few with their detail.
-    pub fn refused_quietly(&mut self, reason: RefusalReason, detail: &str, bytes: u64) {
+    pub fn refused_quietly(
+        &mut self,
+        id: Option<&str>,
+        reason: RefusalReason,
+        detail: &str,
+        bytes: u64,
+    ) {
         let (_, b) = self.burst.get_or_insert_with(|| {
             let empty = RequestsRefused {
                 count: 0,
@@ -133,7 +139,7 @@ impl Ledger {
         *b.reasons.entry(reason).or_insert(0) += 1;
         if b.first.len() < RequestsRefused::SAMPLES {
             b.first.push(RequestRefused {
-                id: None,
+                id: id.map(str::to_string),
                 reason,
                 detail: bounded(detail),
             });
