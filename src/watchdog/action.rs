@@ -132,13 +132,13 @@ impl Action {
                 }
                 continue;
             }
-            let (mut children, mut fifo) = (false, false);
+            let mut children = false;
             for ev in events.iter() {
                 let mut fx = Effects::default();
                 match self.src.source(ev.token()) {
                     Some(Source::Signals) => children |= self.ext.on_signals(&mut fx),
                     Some(Source::Root) => self.ext.on_root(&mut self.src, &mut fx),
-                    Some(Source::Fifo) => fifo = true,
+                    Some(Source::Fifo) => self.intake.readable(),
                     Some(Source::Leader(_)) => children = true,
                     Some(s @ (Source::Output(..) | Source::Pass(_) | Source::Caller(_))) => {
                         let (src, ledger) = (&mut self.src, &mut self.ledger);
@@ -158,7 +158,7 @@ impl Action {
                     break;
                 }
             }
-            if fifo || self.intake.pending() {
+            if self.intake.pending() {
                 self.on_fifo(); // one budget a wake-up, after the other events
             }
             self.after_events(children, Instant::now());

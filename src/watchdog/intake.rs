@@ -148,6 +148,13 @@ impl Intake {
         self.queue.extend(out);
     }
 
+    /// The FIFO polled readable: it may hold more than the last read saw
+    /// (edge-triggered: no new event comes for what is already there), so
+    /// it is read again once the queued texts are taken.
+    pub fn readable(&mut self) {
+        self.more = true;
+    }
+
     /// The next framed text, if any.
     pub fn next_text(&mut self) -> Option<Text> {
         self.queue.pop_front()

@@ -101,6 +101,11 @@ pub fn create(path: &Path) -> io::Result<StateDir> {
         OFlag::O_RDWR | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
         Mode::empty(),
     )?;
+    // A larger pipe (1 MiB where allowed; the default is 64 KiB) keeps room
+    // for a well-behaved writer while a job floods the FIFO: the loop drains
+    // it a budget at a time, and a full pipe would make every writer race
+    // the flooder for each freed page. Best effort: the size is a tuning.
+    let _ = nix::fcntl::fcntl(&fifo, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
     let replies = openat(
         &dir,
         REPLIES,
