@@ -452,6 +452,39 @@ def section6(run, args):
     return out
 
 
+def section8(run, args):
+    """Hostile input (issue 10): a job floods its own watchdog's request FIFO."""
+    secs = 5 if args.quick else 10
+    out = {"flood": [], "deadline": [], "emfile": []}
+    r = run.case({"kind": "hostile", "part": "flood", "seconds": secs, "quiet_s": 0.4 * secs}, limit_s=secs + 150)
+    out["flood"].append(r)
+    log(f"s8 flood {secs}s: trips={r.get('trips_in_flood')} p50/max={mm(r.get('trip_total_ms') or [], 1)}ms "
+        f"log flood={fmt((r.get('log_flood_per_min') or 0) / 1024)}KiB/min total={fmt((r.get('log_total_per_min') or 0) / 1024)}KiB/min "
+        f"fails={len(r.get('trip_failures') or [])} {r.get('error') or ''}")
+    # One action per lateness figure: a deadline stops the whole action (and
+    # the flood with it), so each figure is its own watchdog, its deadline
+    # falling 0.3 s .. `secs` into its flood.
+    k = 4 if args.quick else 8
+    for i in range(k):
+        d = round(0.3 + i * (secs - 0.3) / (k - 1), 2)
+        r = run.case({"kind": "hostile", "part": "deadline", "delay_s": d}, limit_s=d + 150)
+        r.update(rep=i)
+        out["deadline"].append(r)
+        log(f"s8 deadline after {d}s of flood: late={fmt(r.get('lateness_ms'), 2)}ms (≤{fmt(r.get('lateness_upper_ms'), 2)}) "
+            f"reason={r.get('trigger_reason')} flood_on={r.get('flood_on_at_trigger')} {r.get('error') or ''}")
+    for rep in range(1 if args.quick else 2):
+        spec = {"kind": "hostile", "part": "emfile", "n": 200, "deadline_s": 3.0, "nofile": 64}
+        r = run.case(spec, limit_s=240)
+        if r.get("late"):
+            spec["deadline_s"] = 6.0
+            r = run.case(spec, limit_s=240)
+        r.update(rep=rep)
+        out["emfile"].append(r)
+        log(f"s8 emfile rep={rep}: surv={r.get('survivors')} positive={r.get('positive')} t={fmt(r.get('quiesce_ms'))}ms "
+            f"{r.get('close_error') or ''} {r.get('error') or ''}")
+    return out
+
+
 # ----- formatting ------------------------------------------------------------------
 
 
@@ -584,6 +617,8 @@ def report(res, info, args, started, ended):
         section6_md(w, res["s6"])
     if res.get("s7") is not None:
         section7_md(w, res["s7"])
+    if res.get("s8") is not None:
+        section8_md(w, res["s8"])
     w("## Targets")
     w("")
     w("| target | measured (this run) | |")
@@ -962,6 +997,117 @@ def section7_md(w, s7):
         w("")
 
 
+def section8_md(w, s8):
+    w("## 8. Hostile input: a job floods the request FIFO; the watchdog short of descriptors")
+    w("")
+    w("The flood job (`tools/bench/fifoflood.py`, a job of the watchdog under test,")
+    w("so it writes to its own `$REA_STATE_DIR/requests`) writes garbage at full")
+    w("speed in blocking 4096-byte writes: one write in three pure newlines, the")
+    w("rest a mix of unframed JSON lines, RS-fragments without their LF, framed")
+    w("non-JSON, invalid UTF-8, arrays, well-formed-looking requests from nobody")
+    w("with no reply FIFO, and an oversize text. Nothing in it is a valid request.")
+    w("Each action below is its own `rea-watchdog run` (default bounds, log on")
+    w("disk) in its own case namespace; the root controller and the well-behaved")
+    w("client is the case driver (ordinary priority, like any controller).")
+    w("")
+    fl = [r for r in s8.get("flood", []) if not r.get("error")]
+    for r in s8.get("flood", []):
+        if r.get("error"):
+            w(f"flood action: error: {r['error']}")
+            w("")
+    if fl:
+        r = fl[0]
+        rf = r.get("refused") or {}
+        w(f"### Flood for {r['flood_s']:.1f} s: log growth and well-behaved round trips")
+        w("")
+        w(f"One action. For the first {r['quiet_s']:.1f} s the flood runs alone; then the driver")
+        w("starts one `/bin/true` spawn every 100 ms through `tools/rea_client.py`")
+        w("(request written → `accepted` → `exited`) until the flood ends; only round")
+        w("trips that started and ended inside the flood count. Log growth is the bytes")
+        w("of the records whose `mono_ns` falls inside the window, per minute. With")
+        w("round trips, *the flood's share* leaves out the client's own records (its")
+        w("`request_received`, `job_spawned`, `job_exited`) and adds the last")
+        w("`requests_refused` burst, recorded up to 1 s after the flood ended. A burst")
+        w("is recorded when it is 1 s old *or before any other record*, so the")
+        w("client's records cut the flood into more, smaller bursts: the flood's share")
+        w("is larger with round trips than alone. *To `request_received`*: from the")
+        w("client's first write attempt to that record's `mono_ns` (the time spent")
+        w("getting the request into a FIFO the flood keeps full, and read).")
+        w("")
+        mib = r["flood_bytes"] / 2**20
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(rf.get("reasons", {}).items(), key=lambda kv: -kv[1]))
+        w("| flood written | texts refused (bursts) | log growth, flood alone | with round trips: flood's share | … all records | … the client's | round trips in the flood | round trip ms p50 / max | … to `accepted` ms p50 / max | … to `request_received` ms p50 / max | failed round trips | close |")
+        w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        tt, ta = r.get("trip_total_ms") or [], r.get("trip_accepted_ms") or []
+        p = lambda xs: f"{fmt(pct(xs, 50), 1)} / {fmt(max(xs), 1)}" if xs else "—"
+        w(f"| {mib:.0f} MiB ({mib / r['flood_s']:.1f} MiB/s) | {rf.get('texts', 0)} ({rf.get('bursts', 0)}) | "
+          f"{r['log_quiet_per_min'] / 1024:.1f} KiB/min ({r.get('bursts_quiet')} bursts in {r['quiet_s']:.1f} s) | "
+          f"{r['log_flood_per_min'] / 1024:.1f} KiB/min ({r.get('bursts_busy')} bursts in {r['busy_s']:.1f} s) | {r['log_total_per_min'] / 1024:.1f} KiB/min | {r['log_client_per_min'] / 1024:.1f} KiB/min | "
+          f"{r.get('trips_in_flood')} | {p(tt)} | {p(ta)} | {p(r.get('trip_received_ms') or [])} | {len(r.get('trip_failures') or []) + r.get('trips_bad', 0)} | "
+          f"{r.get('outcome')}, positive {r.get('positive')} |")
+        w("")
+        if reasons:
+            w(f"Refusal reasons recorded: {reasons}; answered refusals: {rf.get('answered', 0)}.")
+            w("")
+        for f in (r.get("trip_failures") or [])[:3]:
+            w(f"- failed round trip after {f['after_ms']:.0f} ms: {f['error']}")
+        if r.get("trip_failures") and rf.get("reasons", {}).get("bad_reply"):
+            w(f"- `bad_reply` refusals recorded: {rf['reasons']['bad_reply']} (a request read only after its client had given up and removed its reply FIFO)")
+        if r.get("trip_failures"):
+            w("")
+    dl = s8.get("deadline", [])
+    if dl:
+        w("### Deadline lateness during the flood")
+        w("")
+        w("A deadline stops the whole action for good (flood included), so one action")
+        w("gives one figure: the flood job starts, after *d* seconds of flood the driver")
+        w("asks for a `/bin/sleep 5` job with a 200 ms deadline, the deadline stops the")
+        w("action. Lateness = `stop_triggered.mono_ns` − (start + 200 ms). The watchdog")
+        w("starts the deadline's clock just before the fork; no record carries that")
+        w("instant, so the true lateness lies between two figures: start =")
+        w("`job_spawned.mono_ns` (recorded after the fork returns: a *lower bound*, negative")
+        w("when the spawn took longer than the lateness) and start =")
+        w("`request_received.mono_ns` (made durable before the spawn: an *upper bound*,")
+        w("the figure the target is judged on). The flood was on at the trigger when")
+        w("the flood job's `job_exited` is a stopped one recorded after it.")
+        w("")
+        w("| d (s of flood before the ask) | flood at the trigger s | lateness ms: upper bound | lower bound | trigger → first sweep ms | → stop_completed ms | reason | flood on | receipt positive |")
+        w("|---|---|---|---|---|---|---|---|---|")
+        for r in dl:
+            if r.get("error"):
+                w(f"| {r.get('delay_s')} | error: {r['error'][:80]} | | | | | | | |")
+                continue
+            w(f"| {r['delay_s']} | {fmt(r.get('flood_s_at_trigger'), 2)} | {fmt(r.get('lateness_upper_ms'), 2)} | {fmt(r.get('lateness_ms'), 2)} | "
+              f"{fmt(r.get('first_sweep_ms'), 2)} | {fmt(r.get('stop_completed_ms'))} | {r.get('trigger_reason')} | "
+              f"{'yes' if r.get('flood_on_at_trigger') else '**no**'} | {r.get('positive')} |")
+        w("")
+    em = s8.get("emfile", [])
+    if em:
+        w("### EMFILE: the watchdog at `nofile 64:64`, a job with 200 children")
+        w("")
+        w("`rea-watchdog run` started with `RLIMIT_NOFILE` 64:64 (setrlimit before exec);")
+        w("one job, `tools/bench/benchtree.py --leaves 200` (root, escapee, daemon, hopper,")
+        w("200 `sleep`s), stopped by its own deadline once the tree is built. Time from")
+        w("the deadline instant (min(`job_spawned` + D, `stop_triggered`)) to the oracle's")
+        w("EOF; survivors by the marker scan; then `close` from the root controller.")
+        w("")
+        w("| rep | limit | members | deadline s | quiescence ms | sweeps | KILL sweeps | stop_completed.left | receipt quiescent | uncertain | survivors | close: positive |")
+        w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in em:
+            if r.get("error"):
+                w(f"| {r.get('rep')} | error: {r['error'][:80]} | | | | | | | | | | |")
+                continue
+            rl = r.get("rea") or {}
+            rc = rl.get("receipt") or {}
+            sc = rl.get("stop_completed") or {}
+            lim = "/".join(r.get("watchdog_limit") or ["?"])
+            close = r.get("close_error") or f"{r.get('positive')}"
+            w(f"| {r['rep']} | {lim} | {r.get('members_seen')} of {r.get('expected')} | {r.get('deadline_s')} | {fmt(r.get('quiesce_ms'))} | "
+              f"{rl.get('sweeps')} | {rl.get('kill_sweeps')} | {sc.get('left')} | {rc.get('quiescent')} | {rc.get('uncertain')} | "
+              f"{r.get('survivors')} {surv_text(r.get('survivor_roles') or {})} | {close} |")
+        w("")
+
+
 # ----- targets -----------------------------------------------------------------------
 
 
@@ -1050,6 +1196,55 @@ def targets(res):
         if idle:
             v = [r["no_job"]["voluntary"] for r in idle] + [r["one_job"]["voluntary"] for r in idle]
             T.append(("idle wakeups ≈ 0", f"max {max(v)} voluntary switches in {idle[0]['no_job']['seconds']} s", max(v) <= 2))
+    s8 = res.get("s8")
+    if s8 is not None:
+        T.extend(targets8(s8))
+    return T
+
+
+def targets8(s8):
+    T = []
+    dl = s8.get("deadline", [])
+    ok = [r for r in dl if not r.get("error") and r.get("lateness_ms") is not None]
+    if dl:
+        xs = [r["lateness_ms"] for r in ok]
+        up = [r["lateness_upper_ms"] for r in ok]
+        honest = all(r.get("trigger_reason") == "deadline" and r.get("flood_on_at_trigger") for r in ok)
+        bad = len(dl) - len(ok)
+        m = (f"{pct(up, 50):.2f} / {max(up):.2f} ms over {len(xs)} actions (upper bound; from `job_spawned`, a lower bound: "
+             f"{pct(xs, 50):.2f} / {max(xs):.2f} ms)" if xs else "no figure")
+        if bad:
+            m += f"; {bad} errored"
+        if not honest:
+            m += "; a trigger was not the deadline or the flood was not on"
+        T.append(("flood: deadline lateness p50 / max ≤ 50 ms", m, bool(xs) and not bad and honest and max(up) <= 50))
+    fl = [r for r in s8.get("flood", []) if not r.get("error")]
+    if s8.get("flood"):
+        if fl:
+            r = fl[0]
+            worst = max(r["log_quiet_per_min"], r["log_flood_per_min"])
+            T.append(("flood: log growth ≤ 1 MiB per minute of flood (the flood's records)",
+                      f"{r['log_quiet_per_min'] / 1024:.1f} KiB/min alone, {r['log_flood_per_min'] / 1024:.1f} KiB/min beside round trips "
+                      f"({r['log_total_per_min'] / 1024:.1f} KiB/min with the client's own records)",
+                      worst <= 2**20))
+            tt = r.get("trip_total_ms") or []
+            fails = len(r.get("trip_failures") or []) + r.get("trips_bad", 0)
+            m = f"{pct(tt, 50):.1f} / {max(tt):.1f} ms over {len(tt)}" if tt else "no round trip"
+            if fails:
+                m += f"; {fails} failed"
+            T.append(("flood: well-behaved spawn round trip p50 / max ≤ 100 ms", m, bool(tt) and not fails and max(tt) <= 100))
+        else:
+            T.append(("flood: log growth and round trips", f"error: {s8['flood'][0].get('error')}", False))
+    em = s8.get("emfile", [])
+    if em:
+        ok = [r for r in em if not r.get("error")]
+        good = [r for r in ok if r.get("survivors") == 0 and r.get("positive") is True and not r.get("close_error")]
+        surv = [r.get("survivors") for r in ok]
+        m = f"{len(good)} of {len(em)} runs: 0 left and a positive receipt; survivors {surv}; quiescence {mm([r.get('quiesce_ms') for r in ok])} ms"
+        bad = [r.get("close_error") or r.get("error") for r in em if r.get("close_error") or r.get("error")]
+        if bad:
+            m += f"; {bad[0][:80]}"
+        T.append(("EMFILE (nofile 64:64, 200 children): 0 left, positive receipt", m, len(good) == len(em)))
     return T
 
 
@@ -1061,7 +1256,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="one small pass (N=20,200; 1 rep) to debug the harness")
     ap.add_argument("--full", action="store_true", help="repeat the peers' rows as often as the containing supervisors'")
     ap.add_argument("--reps-scale", type=int, default=1, help="multiply the repetition counts")
-    ap.add_argument("--sections", default="1,2,3,4,5,6,7")
+    ap.add_argument("--sections", default="1,2,3,4,5,6,7,8")
     ap.add_argument("--out", default=os.path.join(ROOT, "BENCHMARKS.md"))
     ap.add_argument("--no-install", action="store_true", help="do not apt-get install missing peers")
     ap.add_argument("--no-build", action="store_true")
@@ -1103,7 +1298,7 @@ def main():
     log("skipped:", info["skipped"] or "none", "cgroot:", info["cgroot"])
     res = {}
     secs = {int(x) for x in args.sections.split(",") if x.strip()}
-    fns = {1: section1, 2: section2, 3: section3, 4: section4, 5: section5, 6: section6, 7: section7}
+    fns = {1: section1, 2: section2, 3: section3, 4: section4, 5: section5, 6: section6, 7: section7, 8: section8}
     try:
         for k in sorted(secs):
             info["uptime"].append((f"before section {k}", uptime()))

@@ -242,7 +242,7 @@ class Oracle:
         return None
 
 
-def spawn(argv, env=None, stdout=subprocess.DEVNULL, stderr=None, pass_fds=()):
+def spawn(argv, env=None, stdout=subprocess.DEVNULL, stderr=None, pass_fds=(), preexec_fn=None):
     return Child(
         subprocess.Popen(
             argv,
@@ -251,6 +251,7 @@ def spawn(argv, env=None, stdout=subprocess.DEVNULL, stderr=None, pass_fds=()):
             stderr=stderr,
             env=env,
             pass_fds=pass_fds,
+            preexec_fn=preexec_fn,
         )
     )
 
@@ -575,12 +576,13 @@ def job_end(job, wait_s):
         pass
 
 
-def start_watchdog(spec, name, log_dir, extra=()):
+def start_watchdog(spec, name, log_dir, extra=(), preexec_fn=None):
     state = os.path.join(spec["scratch"], f"state-{name}")
     log = os.path.join(log_dir, f"{name}.jsonl")
     wd = spawn(
         [spec["bins"]["rea-watchdog"], "run", "--state-dir", state, "--audit-log", log, *extra],
         stdout=subprocess.PIPE,
+        preexec_fn=preexec_fn,
     )
     ready = json.loads(wd.popen.stdout.readline())
     return wd, ready, Client(state)
@@ -791,13 +793,274 @@ def case_cmd(spec):
         return {"error": f"rc {r.returncode}: {r.stderr[-300:]}"}
 
 
+# ----- hostile input (section 8) ------------------------------------------------
+
+FIFOFLOOD = os.path.join(HERE, "fifoflood.py")
+HOSTILE_DEADLINE_S = 0.2  # the short jobs' deadline
+TRIP_INTERVAL_S = 0.1  # one well-behaved round trip started every 100 ms
+
+
+def oracle_wait(oracle, key, limit_s):
+    """The first oracle line holding `key` within limit_s, else None."""
+    until = time.monotonic() + limit_s
+    while True:
+        for v in oracle.lines:
+            if key in v:
+                return v
+        if oracle.eof or time.monotonic() >= until:
+            return None
+        oracle._read(20)
+
+
+def read_log(path):
+    """[(bytes incl. LF, record)] of an audit log."""
+    with open(path, "rb") as f:
+        lines = [l for l in f.read().split(b"\n") if l.strip()]
+    return [(len(l) + 1, json.loads(l)) for l in lines]
+
+
+def refused_totals(recs):
+    """Quiet refusals recorded (requests_refused bursts) and answered ones."""
+    out = {"bursts": 0, "texts": 0, "bytes": 0, "reasons": {}, "answered": 0}
+    for _, r in recs:
+        if r["kind"] == "requests_refused":
+            d = r["data"]
+            out["bursts"] += 1
+            out["texts"] += d["count"]
+            out["bytes"] += d["bytes"]
+            for k, v in d["reasons"].items():
+                out["reasons"][k] = out["reasons"].get(k, 0) + v
+        elif r["kind"] == "request_refused":
+            out["answered"] += 1
+    return out
+
+
+def hostile_flood_job(client, oracle, seconds=None):
+    argv = [PY, FIFOFLOOD, "--oracle", oracle.path]
+    if seconds is not None:
+        argv += ["--seconds", str(seconds)]
+    job, refused = client.spawn(argv, (seconds or 0) + 120)
+    if refused is not None:
+        raise RuntimeError(f"the flood job was refused: {refused}")
+    st = oracle_wait(oracle, "flood_start", 30)
+    if st is None:
+        raise RuntimeError("the flood job never started flooding")
+    return job, st["flood_start"]
+
+
+def hostile_deadline(spec):
+    """One action: a flood job, then after delay_s of flood a `sleep 5` job
+    with a 200 ms deadline. Its deadline stops the action (flood included),
+    so one action gives one lateness figure."""
+    res = {"part": "deadline", "delay_s": spec["delay_s"]}
+    wd, ready, client = start_watchdog(spec, "deadline", spec["scratch"])
+    oracle = Oracle(os.path.join(spec["scratch"], "oracle"))
+    flood, t_flood = hostile_flood_job(client, oracle)
+    time.sleep(spec["delay_s"])
+    t_ask = mono_ns()
+    job, refused = client.spawn(["/bin/sleep", "5"], HOSTILE_DEADLINE_S)
+    res["ask_to_accepted_ms"] = (mono_ns() - t_ask) / 1e6
+    if refused is not None:
+        res["error"] = f"the deadline job was refused: {refused}"
+        return res
+    try:
+        res["job_end"] = job.wait(15).outcome
+    except rea_client.ReaError as e:
+        res["job_end"] = f"{type(e).__name__}: {e}"
+    job_end(flood, 10)
+    reply, res["rc"] = close_watchdog(wd, client)
+    res["positive"] = reply.get("positive")
+    res["stop_reason"] = reply.get("stop_reason")
+    recs = read_log(ready["audit_log"])
+    spawned = {r["data"]["job"]: r for _, r in recs if r["kind"] == "job_spawned"}
+    sp = next((r for r in spawned.values() if r["data"]["argv"][0] == "/bin/sleep"), None)
+    fl = next((r for r in spawned.values() if r["data"]["argv"][1:2] == [FIFOFLOOD]), None)
+    rq = next((r for _, r in recs if r["kind"] == "request_received" and sp and r["data"].get("id") == sp["data"]["id"]), None)
+    trig = next((r for _, r in recs if r["kind"] == "stop_triggered" and r["data"]["first"]), None)
+    if sp is None or trig is None or rq is None:
+        res["error"] = "the log has no job_spawned / request_received / stop_triggered for the deadline job"
+        return res
+    d_ns = sp["data"]["deadline_ms"] * 1_000_000
+    res["deadline_ms"] = sp["data"]["deadline_ms"]
+    res["trigger_reason"] = trig["data"]["reason"]
+    res["trigger_job_is_deadline_job"] = trig["data"].get("job") == sp["data"]["job"]
+    res["lateness_ms"] = (trig["mono_ns"] - (sp["mono_ns"] + d_ns)) / 1e6
+    res["lateness_upper_ms"] = (trig["mono_ns"] - (rq["mono_ns"] + d_ns)) / 1e6
+    res["flood_s_at_trigger"] = (trig["mono_ns"] - t_flood) / 1e9
+    fx = next((r for _, r in recs if r["kind"] == "job_exited" and fl and r["data"]["job"] == fl["data"]["job"]), None)
+    # The flood was still on at the trigger: the flood job ended after it,
+    # stopped (not by its own exit).
+    res["flood_on_at_trigger"] = fx is not None and fx["mono_ns"] > trig["mono_ns"] and fx["data"].get("stopped")
+    sw = next((r for _, r in recs if r["kind"] == "signal_sweep" and r["mono_ns"] >= trig["mono_ns"]), None)
+    res["first_sweep_ms"] = None if sw is None else (sw["mono_ns"] - trig["mono_ns"]) / 1e6
+    sc = next((r for _, r in recs if r["kind"] == "stop_completed"), None)
+    res["stop_completed_ms"] = None if sc is None else (sc["mono_ns"] - trig["mono_ns"]) / 1e6
+    res["refused"] = refused_totals(recs)
+    res["log_bytes"] = sum(b for b, _ in recs)
+    return res
+
+
+def hostile_flood(spec):
+    """One action: a flood job for `seconds`; meanwhile a well-behaved client
+    (this process, the root controller) runs /bin/true round trips."""
+    secs = spec["seconds"]
+    res = {"part": "flood", "seconds": secs}
+    wd, ready, client = start_watchdog(spec, "flood", spec["scratch"])
+    oracle = Oracle(os.path.join(spec["scratch"], "oracle"))
+    flood, t_fs = hostile_flood_job(client, oracle, secs)
+    # First the flood alone (the log growth it causes by itself), then the
+    # round trips (whose own records also cut the flood's refusal bursts).
+    t_q = t_fs + int(spec["quiet_s"] * 1e9)
+    res["quiet_s"] = spec["quiet_s"]
+    time.sleep(max(0.0, (t_q - mono_ns()) / 1e9))
+    trips, fails = [], []
+    nxt = time.monotonic()
+    cap = t_fs + int((secs + 30) * 1e9)
+    while not any("flood_end" in v for v in oracle.lines) and not oracle.eof and mono_ns() < cap:
+        t0 = mono_ns()
+        try:
+            job = client.rc.spawn(["/bin/true"], deadline=10, name="rt")
+            t1 = mono_ns()
+            r = job.wait(10)
+            t2 = mono_ns()
+            trips.append({"t0": t0, "t_end": t2, "accepted_ms": (t1 - t0) / 1e6, "total_ms": (t2 - t0) / 1e6,
+                          "outcome": r.outcome, "code": r.code, "job": r.job, "id": job.id})
+        except rea_client.ReaError as e:
+            fails.append({"t0": t0, "after_ms": (mono_ns() - t0) / 1e6, "error": f"{type(e).__name__}: {e}"[:200]})
+        oracle._read(0)
+        nxt += TRIP_INTERVAL_S
+        now = time.monotonic()
+        if nxt > now:
+            time.sleep(nxt - now)
+        else:
+            nxt = now
+    end = oracle_wait(oracle, "flood_end", secs + 30)
+    if end is None:
+        res["error"] = "the flood job never reported its end"
+        return res
+    t_fe = end["flood_end"]
+    res["flood_bytes"] = end["bytes"]
+    res["flood_writes"] = end["writes"]
+    res["flood_s"] = (t_fe - t_fs) / 1e9
+    job_end(flood, 10)
+    time.sleep(1.5)  # the flood's last burst of quiet refusals is recorded within 1 s
+    reply, res["rc"] = close_watchdog(wd, client)
+    res["positive"] = reply.get("positive")
+    res["outcome"] = reply.get("outcome")
+    recs = read_log(ready["audit_log"])
+    rt_jobs = {r["data"]["job"] for _, r in recs if r["kind"] == "job_spawned" and r["data"].get("name") == "rt"}
+    rt_ids = {r["data"]["id"] for _, r in recs if r["kind"] == "job_spawned" and r["data"].get("name") == "rt"}
+
+    def client_rec(r):
+        d = r["data"]
+        return d.get("id") in rt_ids or (r["kind"] in ("job_exited", "job_failed", "output_capped") and d.get("job") in rt_jobs)
+
+    quiet = total = client_b = late_burst = 0
+    for b, r in recs:
+        m = r["mono_ns"]
+        if t_fs <= m < t_q:
+            quiet += b
+        elif t_q <= m <= t_fe:
+            total += b
+            client_b += b if client_rec(r) else 0
+        elif t_fe < m <= t_fe + 1_500_000_000 and r["kind"] == "requests_refused":
+            late_burst += b  # the burst that was collecting when the flood ended
+    res["log_quiet_per_min"] = quiet * 60e9 / (t_q - t_fs)
+    per_min = 60e9 / (t_fe - t_q)
+    res["log_total_per_min"] = total * per_min
+    res["log_flood_per_min"] = (total - client_b + late_burst) * per_min
+    res["log_client_per_min"] = client_b * per_min
+    res["bursts_quiet"] = sum(1 for _, r in recs if r["kind"] == "requests_refused" and t_fs <= r["mono_ns"] < t_q)
+    res["bursts_busy"] = sum(1 for _, r in recs if r["kind"] == "requests_refused" and t_q <= r["mono_ns"] <= t_fe + 1_500_000_000)
+    res["log_bytes"] = sum(b for b, _ in recs)
+    res["refused"] = refused_totals(recs)
+    res["busy_s"] = (t_fe - t_q) / 1e9
+    inside = [t for t in trips if t["t0"] >= t_fs and t["t_end"] <= t_fe]
+    res["trips"] = len(trips)
+    res["trips_in_flood"] = len(inside)
+    res["trip_total_ms"] = [t["total_ms"] for t in inside]
+    res["trip_accepted_ms"] = [t["accepted_ms"] for t in inside]
+    # Where the wait to `accepted` went: until the watchdog had read and
+    # recorded the request (FIFO space, its read budget) or after.
+    seen = {r["data"].get("id"): r["mono_ns"] for _, r in recs if r["kind"] == "request_received"}
+    res["trip_received_ms"] = [(seen[t["id"]] - t["t0"]) / 1e6 for t in inside if t["id"] in seen]
+    res["trips_bad"] = sum(1 for t in inside if not (t["outcome"] == "exited" and t["code"] == 0))
+    res["trip_failures"] = [f for f in fails if t_fs <= f["t0"] <= t_fe]
+    return res
+
+
+def hostile_emfile(spec):
+    """The watchdog at nofile 64:64, a job with N children, stopped by its
+    deadline."""
+    import resource
+
+    n, marker, dl = spec["n"], spec["marker"], spec["deadline_s"]
+    lim = spec.get("nofile", 64)
+    res = {"part": "emfile", "n": n, "nofile": lim, "deadline_s": dl}
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lim, lim))
+
+    wd, ready, client = start_watchdog(spec, "emfile", spec["scratch"], preexec_fn=limit)
+    with open(f"/proc/{wd.pid}/limits") as f:
+        res["watchdog_limit"] = next((l.split()[3:5] for l in f if l.startswith("Max open files")), None)
+    oracle = Oracle(os.path.join(spec["scratch"], "oracle"))
+    job = [ENV_BIN, f"{MARK_VAR}={marker}", PY, TREE, "--oracle", oracle.path, "--leaves", str(n)]
+    t_spawn = mono_ns()
+    running, refused = client.spawn(job, dl)
+    if refused is not None:
+        res["error"] = f"the tree job was refused: {refused}"
+        return res
+    tr = oracle.wait_ready(dl + 30)
+    t_ready = mono_ns()
+    if not tr:
+        res["error"] = "tree not ready"
+        return res
+    res["expected"] = tr["count"]
+    res["build_s"] = (t_ready - t_spawn) / 1e9
+    res["members_seen"] = len(scan_marked(marker))
+    cap = t_spawn + int((dl + GRACE_S + KILL_BOUND_S + 5) * 1e9)
+    t_eof = oracle.wait_eof(20, lambda: mono_ns() > cap)
+    left = scan_marked(marker)
+    res["survivors"] = len(left)
+    res["survivor_roles"] = roles(left)
+    job_end(running, 5)
+    try:
+        reply, res["rc"] = close_watchdog(wd, client)
+        res["positive"] = reply.get("positive")
+        res["outcome"] = reply.get("outcome")
+        res["stop_reason"] = reply.get("stop_reason")
+    except rea_client.ReaError as e:
+        res["close_error"] = f"{type(e).__name__}: {e}"[:300]
+        res["rc"] = wd.wait(10)
+    recs = read_log(ready["audit_log"])
+    sp = next((r for _, r in recs if r["kind"] == "job_spawned"), None)
+    trig = next((r for _, r in recs if r["kind"] == "stop_triggered" and r["data"]["first"]), None)
+    if sp is None or trig is None:
+        res["error"] = "the log has no job_spawned or stop_triggered"
+        return res
+    t0 = min(sp["mono_ns"] + sp["data"]["deadline_ms"] * 1_000_000, trig["mono_ns"])
+    res["late"] = t_ready > t0  # the tree was not complete when the deadline fell
+    res["trigger_reason"] = trig["data"]["reason"]
+    res["quiesce_ms"] = None if t_eof is None else (t_eof - t0) / 1e6
+    res["rea"] = rea_log_summary(ready["audit_log"], t0)
+    res["uncertain_records"] = sum(1 for _, r in recs if r["kind"] == "mapping_uncertain")
+    res["signal_failed_records"] = sum(1 for _, r in recs if r["kind"] == "signal_failed")
+    return res
+
+
+def case_hostile(spec):
+    return {"deadline": hostile_deadline, "flood": hostile_flood, "emfile": hostile_emfile}[spec["part"]](spec)
+
+
 def main():
     with open(sys.argv[1]) as f:
         spec = json.load(f)
     if os.getpid() != 1:
         raise SystemExit("case.py must be the init of its own PID namespace (run it through bench.py)")
     kind = spec["kind"]
-    if kind in ("tree", "storm"):
+    observer = kind in ("tree", "storm") or (kind == "hostile" and spec.get("part") == "emfile")
+    if observer:
         # The driver only observes here (trigger instant, oracle EOF, the
         # survivor scan): give it a real-time priority so a loaded host (or
         # the storm itself) cannot delay its clock readings or starve its
@@ -810,14 +1073,14 @@ def main():
             rt = False
     fn = {"tree": case_tree, "storm": case_storm, "spawn": case_spawn,
           "footprint": case_footprint, "idle": case_idle, "cmd": case_cmd,
-          "wakefloor": case_wakefloor}[kind]
+          "wakefloor": case_wakefloor, "hostile": case_hostile}[kind]
     try:
         res = fn(spec)
     except Exception as e:  # report, never hang: the namespace dies with us
         import traceback
 
         res = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
-    if kind in ("tree", "storm"):
+    if observer:
         res["driver_rt"] = rt
     sys.stdout.write(json.dumps(res) + "\n")
     sys.stdout.flush()
