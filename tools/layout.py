@@ -61,23 +61,21 @@ def imports(rel, known):
     # `super` of a/b.rs is a; of a/b/mod.rs (module a::b) it is a too.
     parent = me[:-1]
     deps = set()
-    # crate:: paths, anywhere (use lines and inline paths); expand one brace level
-    for m in re.finditer(r"\bcrate::((?:[a-z_][a-z0-9_]*::)*)(\{[^}]*\}|[A-Za-z_][A-Za-z0-9_]*)", text):
-        base = [p for p in m.group(1).split("::") if p]
-        tail = m.group(2)
-        tails = [t.strip().split("::")[0] for t in tail.strip("{}").split(",")] if tail.startswith("{") else [tail]
-        for t in tails:
-            f = resolve(base + ([t] if t else []), known)
-            if f:
-                deps.add(f)
-    for m in re.finditer(r"\bsuper::((?:[a-z_][a-z0-9_]*::)*)(\{[^}]*\}|[A-Za-z_][A-Za-z0-9_]*)", text):
-        base = parent + [p for p in m.group(1).split("::") if p]
-        tail = m.group(2)
-        tails = [t.strip().split("::")[0] for t in tail.strip("{}").split(",")] if tail.startswith("{") else [tail]
-        for t in tails:
-            f = resolve(base + ([t] if t else []), known)
-            if f:
-                deps.add(f)
+    # `crate::` and `super::` paths, anywhere (use lines and inline paths);
+    # one brace level is expanded.
+    for prefix, root in (("crate", []), ("super", parent)):
+        pat = r"\b" + prefix + r"::((?:[a-z_][a-z0-9_]*::)*)(\{[^}]*\}|[A-Za-z_][A-Za-z0-9_]*)"
+        for m in re.finditer(pat, text):
+            base = root + [p for p in m.group(1).split("::") if p]
+            tail = m.group(2)
+            if tail.startswith("{"):
+                tails = [t.strip().split("::")[0] for t in tail.strip("{}").split(",")]
+            else:
+                tails = [tail]
+            for t in tails:
+                f = resolve(base + ([t] if t else []), known)
+                if f:
+                    deps.add(f)
     deps.discard(rel)
     # a module's own mod.rs/lib.rs is not a dependency of its children
     return {d for d in deps if not d.endswith("mod.rs") and d != "lib.rs"}
