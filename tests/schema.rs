@@ -322,6 +322,26 @@ fn every_kind_events() -> Vec<Event> {
             detail: format!("refused: {}", reason.as_str()),
         }));
     }
+    // A burst of unanswerable refusals (SPEC 3.10), coalesced.
+    ev.push(Event::RequestsRefused(RequestsRefused {
+        count: 3,
+        bytes: 40,
+        reasons: [(RefusalReason::Framing, 2), (RefusalReason::Truncated, 1)]
+            .into_iter()
+            .collect(),
+        first: [
+            RefusalReason::Framing,
+            RefusalReason::Truncated,
+            RefusalReason::Framing,
+        ]
+        .into_iter()
+        .map(|reason| RequestRefused {
+            id: None,
+            reason,
+            detail: format!("refused: {}", reason.as_str()),
+        })
+        .collect(),
+    }));
     ev.extend([
         Event::RequestReceived(RequestReceived {
             id: Some("launcher-2".into()),
