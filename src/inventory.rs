@@ -17,11 +17,14 @@ use nix::sys::stat::{fstat, fstatat, FileStat, Mode};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use sha2::{Digest, Sha256};
 
-use crate::audit::record::{DirIdentity, Inventory, TempEntry};
+use crate::audit::record::{DirIdentity, Inventory, StagingInventoried, TempEntry};
 use crate::vocab::hex;
 
 /// Deepest directory nesting walked; deeper trees are an error, not a hang.
 const MAX_DEPTH: usize = 256;
+
+/// Sockets, FIFOs, devices and mount points named in a record, at most.
+pub const MAX_SPECIAL: usize = 64;
 
 fn dir_flags() -> OFlag {
     OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
@@ -104,7 +107,46 @@ struct Walk<'a> {
     bytes: u64,
     listing: Vec<TempEntry>,
     max_listing: usize,
+    /// Hash every regular file's bytes into its line (the staging rule).
+    contents: bool,
+    /// Entries that are neither file, directory nor symlink (the first few).
+    special: Vec<TempEntry>,
+    special_truncated: bool,
     visit: &'a mut dyn FnMut(&[u8], &FileStat),
+}
+
+/// Hex SHA-256 of the bytes of regular file `name` under `dirfd`, read
+/// through a descriptor that is checked to be the entry `st` describes
+/// (never a FIFO or device swapped in: `O_NONBLOCK`, then fstat).
+fn file_digest(dirfd: BorrowedFd<'_>, name: &CStr, st: &FileStat) -> io::Result<String> {
+    use std::io::Read;
+    let flags = OFlag::O_RDONLY
+        | OFlag::O_NOFOLLOW
+        | OFlag::O_NONBLOCK
+        | OFlag::O_NOCTTY
+        | OFlag::O_CLOEXEC;
+    let fd = openat(dirfd, name, flags, Mode::empty())?;
+    let now = fstat(&fd)?;
+    if now.st_mode & libc::S_IFMT != libc::S_IFREG
+        || (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino)
+    {
+        return Err(io::Error::other(format!(
+            "{} changed while it was inventoried",
+            escape(name.to_bytes())
+        )));
+    }
+    let mut f = std::fs::File::from(fd);
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => h.update(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(hex(&h.finalize()))
 }
 
 impl Walk<'_> {
@@ -141,44 +183,56 @@ impl Walk<'_> {
         } else {
             kind_of(st.st_mode)
         };
-        let target = if kind == "symlink" {
-            let t = nix::fcntl::readlinkat(dirfd, name)?;
-            escape(t.as_bytes())
-        } else {
-            String::new()
-        };
         let size = if kind == "file" { st.st_size as u64 } else { 0 };
+        // Symlinks: the target text. Regular files (staging): their bytes.
+        let extra = match kind {
+            "symlink" => escape(nix::fcntl::readlinkat(dirfd, name)?.as_bytes()),
+            "file" if self.contents => file_digest(dirfd, name, st)?,
+            _ => String::new(),
+        };
         let line = format!(
-            "{kind}\t{:o}\t{}\t{}\t{size}\t{}.{:09}\t{}\t{target}\n",
+            "{kind}\t{:o}\t{}\t{size}\t{}\t{extra}\n",
             st.st_mode & 0o7777,
             st.st_uid,
-            st.st_gid,
-            st.st_mtime,
-            st.st_mtime_nsec,
             escape(rel),
         );
         self.hasher.update(line.as_bytes());
         self.entries += 1;
         self.bytes += size;
+        let item = || TempEntry {
+            path: escape(rel),
+            kind: kind.to_string(),
+            size,
+        };
+        if !matches!(kind, "file" | "dir" | "symlink") {
+            if self.special.len() < MAX_SPECIAL {
+                self.special.push(item());
+            } else {
+                self.special_truncated = true;
+            }
+        }
         if self.listing.len() < self.max_listing {
-            self.listing.push(TempEntry {
-                path: escape(rel),
-                kind: kind.to_string(),
-                size,
-            });
+            self.listing.push(item());
         }
         (self.visit)(rel, st);
         Ok(())
     }
 }
 
-/// Inventory of everything under `dirfd`: a digest over one canonical line
-/// per entry (kind, mode, owner, size, mtime, escaped path, link target),
-/// in sorted order, plus the first `max_listing` entries for people.
-pub fn inventory_fd(
-    dirfd: BorrowedFd<'_>,
-    max_listing: usize,
-) -> io::Result<(Inventory, Vec<TempEntry>)> {
+/// What one walk found.
+struct Walked {
+    inventory: Inventory,
+    listing: Vec<TempEntry>,
+    special: Vec<TempEntry>,
+    special_truncated: bool,
+}
+
+/// A digest over one canonical line per entry, in sorted order:
+/// `kind TAB mode TAB uid TAB size TAB escaped-path TAB extra`, where extra
+/// is a symlink's target text and, with `contents`, a regular file's
+/// SHA-256 (so a file rewritten in place with its size and mtime restored
+/// changes the digest). Nothing else (mtime, gid, inode) is in it.
+fn walk(dirfd: BorrowedFd<'_>, max_listing: usize, contents: bool) -> io::Result<Walked> {
     let root = fstat(dirfd)?;
     let mut nothing = |_: &[u8], _: &FileStat| {};
     let mut w = Walk {
@@ -188,21 +242,62 @@ pub fn inventory_fd(
         bytes: 0,
         listing: Vec::new(),
         max_listing,
+        contents,
+        special: Vec::new(),
+        special_truncated: false,
         visit: &mut nothing,
     };
     w.dir(dirfd, &mut Vec::new(), 0)?;
-    let inv = Inventory {
-        entries: w.entries,
-        bytes: w.bytes,
-        digest: hex(&w.hasher.finalize()),
-    };
-    Ok((inv, w.listing))
+    Ok(Walked {
+        inventory: Inventory {
+            entries: w.entries,
+            bytes: w.bytes,
+            digest: hex(&w.hasher.finalize()),
+        },
+        listing: w.listing,
+        special: w.special,
+        special_truncated: w.special_truncated,
+    })
 }
 
-/// Inventory of a directory named by path (the last component must not be a symlink).
+/// Inventory of the temp root under `dirfd` (names, types, modes, owners,
+/// sizes; not file contents: it is removed, not compared), with the first
+/// `max_listing` entries and every socket, FIFO, device and mount point
+/// (up to [`MAX_SPECIAL`] more) for people.
+pub fn inventory_fd(
+    dirfd: BorrowedFd<'_>,
+    max_listing: usize,
+) -> io::Result<(Inventory, Vec<TempEntry>)> {
+    let w = walk(dirfd, max_listing, false)?;
+    let mut listing = w.listing;
+    for e in w.special {
+        if !listing.contains(&e) {
+            listing.push(e);
+        }
+    }
+    Ok((w.inventory, listing))
+}
+
+/// Full inventory of a directory named by path (the last component must not
+/// be a symlink), regular files' bytes included.
 pub fn inventory(path: &Path) -> io::Result<Inventory> {
     let fd = open_dir(path)?;
-    Ok(inventory_fd(fd.as_fd(), 0)?.0)
+    Ok(walk(fd.as_fd(), 0, true)?.inventory)
+}
+
+/// The staging directory as a record: identity and full inventory from one
+/// descriptor, and its sockets, FIFOs and devices named.
+pub fn staging(path: &Path) -> io::Result<StagingInventoried> {
+    let fd = open_dir(path)?;
+    let st = fstat(&fd)?;
+    let identity = identity_of(&std::path::absolute(path)?, &st);
+    let w = walk(fd.as_fd(), 0, true)?;
+    Ok(StagingInventoried {
+        identity,
+        inventory: w.inventory,
+        special: w.special,
+        special_truncated: w.special_truncated,
+    })
 }
 
 /// Removes everything below `dirfd`, depth first, without following links or

@@ -111,7 +111,13 @@ fn whitespace_change_breaks_the_next_prev() {
         // Still the same JSON value; not the same bytes.
         lines[k - 1] = replace_once(&lines[k - 1], ",\"seq\":", b", \"seq\":");
     });
-    v.expect("tampered", 3, &[("prev_mismatch", n(k + 1))]);
+    // The line itself is not the writer's encoding (rev 2), and the chain
+    // notices the bytes changed.
+    v.expect(
+        "tampered",
+        3,
+        &[("non_canonical", n(k)), ("prev_mismatch", n(k + 1))],
+    );
 }
 
 #[test]
@@ -125,7 +131,11 @@ fn key_order_change_breaks_the_next_prev() {
             b"{\"run\":\"key-order\",\"v\":1,",
         );
     });
-    v.expect("tampered", 3, &[("prev_mismatch", n(k + 1))]);
+    v.expect(
+        "tampered",
+        3,
+        &[("non_canonical", n(k)), ("prev_mismatch", n(k + 1))],
+    );
 }
 
 #[test]
@@ -140,7 +150,11 @@ fn unicode_escape_of_the_same_character_breaks_the_next_prev() {
             b"\"kind\":\"\\u006aob_spawned\"",
         );
     });
-    v.expect("tampered", 3, &[("prev_mismatch", n(k + 1))]);
+    v.expect(
+        "tampered",
+        3,
+        &[("non_canonical", n(k)), ("prev_mismatch", n(k + 1))],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -232,6 +246,8 @@ fn swapping_two_lines_breaks_both_and_the_next_prev() {
         &[
             ("seq_mismatch", n(k)),
             ("prev_mismatch", n(k)),
+            // The earlier record now comes second: its clock goes back.
+            ("mono_regressed", n(k + 1)),
             ("seq_mismatch", n(k + 1)),
             ("prev_mismatch", n(k + 1)),
             ("prev_mismatch", n(k + 2)),
@@ -366,12 +382,17 @@ fn a_line_spliced_in_from_another_run() {
         assert_eq!(other.kinds[k - 1], "job_spawned");
         lines[k - 1] = theirs[k - 1].clone();
     });
-    // The same seq and kind, another run: the run check speaks first on that
-    // line, and the next line's prev does not match it.
+    // The same seq and kind, another run (built earlier, so its clock is
+    // behind): the run check speaks on that line, and the next line's prev
+    // does not match it.
     v.expect(
         "tampered",
         3,
-        &[("run_mismatch", n(k)), ("prev_mismatch", n(k + 1))],
+        &[
+            ("mono_regressed", n(k)),
+            ("run_mismatch", n(k)),
+            ("prev_mismatch", n(k + 1)),
+        ],
     );
 }
 
@@ -385,7 +406,11 @@ fn a_line_spliced_in_from_another_run_and_rechained() {
         lines[k - 1] = theirs[k - 1].clone();
         rechain(lines, "unused", k - 1);
     });
-    v.expect("tampered", 3, &[("run_mismatch", n(k))]);
+    v.expect(
+        "tampered",
+        3,
+        &[("mono_regressed", n(k)), ("run_mismatch", n(k))],
+    );
 }
 
 #[test]
@@ -565,8 +590,13 @@ fn a_line_of_exactly_the_cap_is_read() {
         l.extend_from_slice(&lines[k - 1][1..]);
         lines[k - 1] = l;
     });
-    // Read as a record; only the chain notices the bytes changed.
-    v.expect("tampered", 3, &[("prev_mismatch", n(k + 1))]);
+    // Read as a record (not line_too_long); padded, it is not the writer's
+    // encoding, and the chain notices the bytes changed.
+    v.expect(
+        "tampered",
+        3,
+        &[("non_canonical", n(k)), ("prev_mismatch", n(k + 1))],
+    );
 }
 
 #[test]

@@ -58,8 +58,8 @@ fn closed_with_staging_allows_deletion_of_that_stage() {
         v.json["staging"]["identity"]["path"],
         stage.display().to_string()
     );
-    // A closed action needs no --staging: nothing was cut short.
-    verify(&log.path, &[]).expect("delete_allowed", 0, &[]);
+    // rev 2: a recorded stage must be checked, closed or stopped alike.
+    verify(&log.path, &[]).expect("retain", 1, &[("staging_not_checked", None)]);
 }
 
 // ---------------------------------------------------------------------------
@@ -388,10 +388,23 @@ fn receipt_with_another_stop_reason_is_tampered() {
     replay_mismatch("reason-swapped", |r| {
         r.stop_reason = Some(StopReason::StopRequested)
     });
-    replay_mismatch("claims-closed", |r| {
-        r.outcome = rea::audit::record::Outcome::Closed;
-        r.stop_reason = None;
+    // A closed receipt over a stop: the stop records contradict it.
+    let log = build(&LogOpts {
+        tweak_receipt: Some(|r| {
+            r.outcome = rea::audit::record::Outcome::Closed;
+            r.stop_reason = None;
+        }),
+        ..LogOpts::stopped("claims-closed", StopReason::Deadline)
     });
+    let trigger = log.line_of("stop_triggered", 0) as u64;
+    verify(&log.path, &[]).expect(
+        "tampered",
+        3,
+        &[
+            ("stop_in_closed_log", Some(trigger)),
+            ("replay_mismatch", None),
+        ],
+    );
 }
 
 // ---------------------------------------------------------------------------

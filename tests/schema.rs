@@ -156,6 +156,14 @@ fn all_codes() -> Vec<Code> {
         HeadMismatch,
         ExpectRunMismatch,
         ReplayMismatch,
+        NonCanonical,
+        MonoRegressed,
+        BadDigest,
+        ForeignUid,
+        LeaderNotSession,
+        StopNotCompleted,
+        StopInClosedLog,
+        SweepWithoutTrigger,
         EmptyLog,
         TornLine,
         NoReceipt,
@@ -163,11 +171,13 @@ fn all_codes() -> Vec<Code> {
         UncertainMappings,
         TempRootNotRemoved,
         RootLost,
+        Hangup,
         AuditFailure,
         StagingMismatch,
         StagingNotRecorded,
         StagingNotChecked,
         IoError,
+        NotARegularFile,
     ];
     for c in &all {
         match c {
@@ -175,9 +185,11 @@ fn all_codes() -> Vec<Code> {
             | DuplicateKey | Float | BadField | UnknownKind | BadVersion | BadTimestamp
             | SeqMismatch | PrevMismatch | GenesisMismatch | RunMismatch | FirstNotRunStarted
             | DuplicateReceipt | RecordAfterReceipt | HeadMismatch | ExpectRunMismatch
-            | ReplayMismatch | EmptyLog | TornLine | NoReceipt | NotQuiescent
-            | UncertainMappings | TempRootNotRemoved | RootLost | AuditFailure
-            | StagingMismatch | StagingNotRecorded | StagingNotChecked | IoError => {}
+            | ReplayMismatch | NonCanonical | MonoRegressed | BadDigest | ForeignUid
+            | LeaderNotSession | StopNotCompleted | StopInClosedLog | SweepWithoutTrigger
+            | EmptyLog | TornLine | NoReceipt | NotQuiescent | UncertainMappings
+            | TempRootNotRemoved | RootLost | Hangup | AuditFailure | StagingMismatch
+            | StagingNotRecorded | StagingNotChecked | IoError | NotARegularFile => {}
         }
     }
     all
@@ -225,6 +237,19 @@ fn staging_inventoried() -> StagingInventoried {
             bytes: 98_112_004,
             digest: sha256_hex(b"staging listing"),
         },
+        special: vec![
+            TempEntry {
+                path: "hopper/agent.sock".into(),
+                kind: "socket".into(),
+                size: 0,
+            },
+            TempEntry {
+                path: "hopper/events".into(),
+                kind: "fifo".into(),
+                size: 0,
+            },
+        ],
+        special_truncated: false,
     }
 }
 
@@ -322,25 +347,25 @@ fn every_kind_events() -> Vec<Event> {
             detail: format!("refused: {}", reason.as_str()),
         }));
     }
-    // A burst of unanswerable refusals (SPEC 3.10), coalesced.
+    // A coalesced burst of unanswerable refusals (SPEC 3.10).
     ev.push(Event::RequestsRefused(RequestsRefused {
-        count: 3,
-        bytes: 40,
-        reasons: [(RefusalReason::Framing, 2), (RefusalReason::Truncated, 1)]
+        count: 7,
+        bytes: 30_211,
+        reasons: [(RefusalReason::Malformed, 5), (RefusalReason::Oversize, 2)]
             .into_iter()
             .collect(),
-        first: [
-            RefusalReason::Framing,
-            RefusalReason::Truncated,
-            RefusalReason::Framing,
-        ]
-        .into_iter()
-        .map(|reason| RequestRefused {
-            id: None,
-            reason,
-            detail: format!("refused: {}", reason.as_str()),
-        })
-        .collect(),
+        first: vec![
+            RequestRefused {
+                id: None,
+                reason: RefusalReason::Malformed,
+                detail: "expected value at line 1 column 1".into(),
+            },
+            RequestRefused {
+                id: None,
+                reason: RefusalReason::Oversize,
+                detail: "over 4096 bytes".into(),
+            },
+        ],
     }));
     ev.extend([
         Event::RequestReceived(RequestReceived {

@@ -1,9 +1,11 @@
 //! The hash-chained, append-only audit log (SPEC 4) and its verifier (SPEC 5).
 
 pub mod chain;
+pub mod people;
 pub mod reader;
 pub mod record;
 pub mod replay;
+pub mod rules;
 pub mod show;
 pub mod verdict;
 pub mod verify;

@@ -320,6 +320,11 @@ pub struct TempRootRemoved {
 pub struct StagingInventoried {
     pub identity: DirIdentity,
     pub inventory: Inventory,
+    /// Sockets, FIFOs, devices and mount points in the stage, named for
+    /// people (the first [`crate::inventory::MAX_SPECIAL`]); `inventory`
+    /// covers them all.
+    pub special: Vec<TempEntry>,
+    pub special_truncated: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

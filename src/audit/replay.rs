@@ -9,10 +9,12 @@
 //! It runs as the log streams by (records are fed in order and not kept),
 //! so verifying a log of millions of records needs little memory. A sweep's
 //! parts come in order, possibly with other records between them (uncertain
-//! mappings found while binding, failed signals); its closure check runs
-//! once the next sweep starts or the log ends.
+//! mappings found while binding, failed signals); each target is checked as
+//! its part arrives, and only the closure's pids are kept (two bitmaps over
+//! the pid space, [`PidSet`]) until the next sweep starts or the log ends:
+//! one sweep of a million parts costs the same memory as one of a single part.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use super::record::{
     Counts, Event, Ident, Outcome, Receipt, RunStarted, SignalSweep, StagingInventoried,
@@ -22,6 +24,75 @@ use super::verdict::{Code, Reason};
 
 fn mismatch(detail: String) -> Reason {
     Reason::new(Code::ReplayMismatch, None, detail)
+}
+
+/// Reasons the replay keeps, at most (the rest are counted).
+const MAX_OUT: usize = 64;
+
+/// Linux pids are below `PID_MAX_LIMIT` (2^22 on 64-bit).
+const PID_LIMIT: usize = 1 << 22;
+
+/// A set of pids as a bitmap (512 KiB at most, allocated on first use),
+/// cleared in time proportional to what was set.
+#[derive(Default)]
+struct PidSet {
+    words: Vec<u64>,
+    touched: Vec<u32>,
+}
+
+impl PidSet {
+    /// Adds `pid`; false if it is outside the pid space.
+    fn insert(&mut self, pid: i32) -> bool {
+        let Ok(p) = usize::try_from(pid) else {
+            return false;
+        };
+        if p == 0 || p >= PID_LIMIT {
+            return false;
+        }
+        if self.words.is_empty() {
+            self.words = vec![0; PID_LIMIT / 64];
+        }
+        let w = &mut self.words[p / 64];
+        if *w == 0 {
+            self.touched.push((p / 64) as u32);
+        }
+        *w |= 1 << (p % 64);
+        true
+    }
+
+    fn clear(&mut self) {
+        for &i in &self.touched {
+            self.words[i as usize] = 0;
+        }
+        self.touched.clear();
+    }
+
+    /// Pids in `self` and not in `other`, the first `max` of them.
+    fn missing_from(&self, other: &PidSet, max: usize) -> Vec<i32> {
+        let mut out = Vec::new();
+        for &i in &self.touched {
+            let i = i as usize;
+            let theirs = other.words.get(i).copied().unwrap_or(0);
+            let mut bits = self.words[i] & !theirs;
+            while bits != 0 && out.len() < max {
+                let b = bits.trailing_zeros() as usize;
+                out.push((i * 64 + b) as i32);
+                bits &= bits - 1;
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+}
+
+/// The sweep being read: its number and the pids its closure check needs.
+#[derive(Default)]
+struct Sweep {
+    current: Option<u32>,
+    /// Every target and listed other of the sweep so far.
+    members: PidSet,
+    /// Parents of targets that are not the watchdog: each must be a member.
+    parents: PidSet,
 }
 
 #[derive(Default)]
@@ -34,9 +105,13 @@ pub struct Replay {
     /// Recounted from the records by the one count rule ([`Counts::add`]).
     counts: Counts,
     uncertain: u64,
-    spawned: HashMap<u64, (i32, u64)>,
-    exited: HashSet<u64>,
+    /// Jobs spawned and not yet exited (job numbers only grow).
+    open: HashMap<u64, (i32, u64)>,
+    last_job: Option<u64>,
     first_stop: Option<StopReason>,
+    /// Line of the first stop_triggered or stop_completed record.
+    stop_line: Option<u64>,
+    triggered: bool,
     firsts: u32,
     temp_removed: Option<bool>,
     last_completed: Option<StopCompleted>,
@@ -45,8 +120,11 @@ pub struct Replay {
     pub audit_failure_seen: bool,
     /// A `stop_triggered` for `root_lost` was recorded (first or later).
     pub root_lost_seen: bool,
-    sweep: Vec<SignalSweep>,
+    /// A `stop_triggered` for `hangup` was recorded (first or later).
+    pub hangup_seen: bool,
+    sweep: Sweep,
     out: Vec<Reason>,
+    dropped: u64,
 }
 
 impl Replay {
@@ -54,94 +132,160 @@ impl Replay {
         self.start.as_ref()
     }
 
-    /// Feeds the next record that parsed (the receipt is not fed).
-    pub fn record(&mut self, ev: Event) {
+    fn push(&mut self, r: Reason) {
+        if self.out.len() < MAX_OUT {
+            self.out.push(r);
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    fn at(&mut self, code: Code, line: u64, detail: String) {
+        self.push(Reason::new(code, Some(line), detail));
+    }
+
+    /// Feeds the next record that parsed, from 1-based `line` (the receipt
+    /// is not fed).
+    pub fn record(&mut self, ev: Event, line: u64) {
         self.seen += 1;
         self.counts.add(&ev);
+        let wd = self.start.as_ref().map(|s| s.watchdog);
         match ev {
             Event::RunStarted(s) if self.seen == 1 => self.start = Some(s),
             Event::RootBound(b) => {
                 self.second_is_root_bound |= self.seen == 2;
+                if let Some(w) = wd.filter(|w| w.uid != b.root.uid) {
+                    let detail =
+                        format!("root of uid {}, not the watchdog's {}", b.root.uid, w.uid);
+                    self.at(Code::ForeignUid, line, detail);
+                }
                 self.root.get_or_insert(b.root);
             }
             Event::JobSpawned(j) => {
-                if self.spawned.insert(j.job, (j.pid, j.start_time)).is_some() {
-                    self.out
-                        .push(mismatch(format!("job {} spawned twice", j.job)));
+                if self.last_job.is_some_and(|l| j.job <= l) || self.open.contains_key(&j.job) {
+                    self.push(mismatch(format!(
+                        "job {} spawned twice (or out of order)",
+                        j.job
+                    )));
                 }
-                if let Some(s) = &self.start {
-                    if j.ppid != s.watchdog.pid {
-                        self.out.push(mismatch(format!(
+                self.last_job = Some(j.job);
+                self.open.insert(j.job, (j.pid, j.start_time));
+                if let Some(w) = wd {
+                    if j.ppid != w.pid {
+                        self.push(mismatch(format!(
                             "job {} has parent {}, not the watchdog",
                             j.job, j.ppid
                         )));
                     }
+                    if j.uid != w.uid {
+                        let detail = format!(
+                            "job {} of uid {}, not the watchdog's {}",
+                            j.job, j.uid, w.uid
+                        );
+                        self.at(Code::ForeignUid, line, detail);
+                    }
+                }
+                if j.sid != j.pid {
+                    let detail = format!(
+                        "job {} leader pid {} is in session {}, not its own",
+                        j.job, j.pid, j.sid
+                    );
+                    self.at(Code::LeaderNotSession, line, detail);
                 }
             }
-            Event::JobExited(j) => {
-                match self.spawned.get(&j.job) {
-                    Some(&(pid, st)) if pid == j.pid && st == j.start_time => {}
-                    _ => self.out.push(mismatch(format!(
-                        "job {} exited but was never spawned as pid {}",
-                        j.job, j.pid
-                    ))),
-                }
-                if !self.exited.insert(j.job) {
-                    self.out
-                        .push(mismatch(format!("job {} exited twice", j.job)));
-                }
-            }
+            Event::JobExited(j) => match self.open.remove(&j.job) {
+                Some((pid, st)) if pid == j.pid && st == j.start_time => {}
+                Some(_) => self.push(mismatch(format!(
+                    "job {} exited but was never spawned as pid {}",
+                    j.job, j.pid
+                ))),
+                None => self.push(mismatch(format!(
+                    "job {} exited but was not running (never spawned, or exited twice)",
+                    j.job
+                ))),
+            },
             Event::MappingUncertain(_) => self.uncertain += 1,
             Event::StopTriggered(t) => {
+                self.stop_line.get_or_insert(line);
+                self.triggered = true;
                 self.audit_failure_seen |= t.reason == StopReason::AuditFailure;
                 self.root_lost_seen |= t.reason == StopReason::RootLost;
+                self.hangup_seen |= t.reason == StopReason::Hangup;
                 if t.first {
                     self.firsts += 1;
                     self.first_stop.get_or_insert(t.reason);
                 }
             }
-            Event::SignalSweep(s) => {
-                if self.sweep.first().is_some_and(|p| p.sweep != s.sweep) {
-                    self.flush_sweep();
-                }
-                self.sweep.push(s);
-            }
+            Event::SignalSweep(s) => self.sweep_part(s, line),
             Event::TempRootRemoved(t) => self.temp_removed = Some(t.removed),
-            Event::StopCompleted(c) => self.last_completed = Some(c),
+            Event::StopCompleted(c) => {
+                self.stop_line.get_or_insert(line);
+                self.last_completed = Some(c);
+            }
             Event::StagingInventoried(s) => self.last_staging = Some(s),
             _ => {}
         }
     }
 
-    /// Checks the buffered parts of one sweep against its whole closure.
-    fn flush_sweep(&mut self) {
-        if self.sweep.is_empty() {
-            return;
+    /// One part of a sweep: its targets are checked now, and only the pids
+    /// the closure check needs are kept.
+    fn sweep_part(&mut self, s: SignalSweep, line: u64) {
+        if !self.triggered {
+            let detail = format!("sweep {} with no stop_triggered before it", s.sweep);
+            self.at(Code::SweepWithoutTrigger, line, detail);
         }
-        let parts = std::mem::take(&mut self.sweep);
-        let members: HashSet<i32> = parts
-            .iter()
-            .flat_map(|s| {
-                s.targets
-                    .iter()
-                    .map(|t| t.pid)
-                    .chain(s.others.iter().map(|o| o.pid))
-            })
-            .collect();
-        for s in &parts {
-            let Some(start) = &self.start else { continue };
-            for t in &s.targets {
-                check_target(
-                    start,
-                    self.root,
-                    t.ident(),
-                    t.ppid,
-                    &members,
-                    s.sweep,
-                    &mut self.out,
-                );
+        if self.sweep.current.is_some_and(|c| c != s.sweep) {
+            self.flush_sweep();
+        }
+        self.sweep.current = Some(s.sweep);
+        let Some(start) = self.start.take() else {
+            return;
+        };
+        let w = start.watchdog;
+        for o in &s.others {
+            if !self.sweep.members.insert(o.pid) {
+                self.push(mismatch(format!(
+                    "sweep {} lists pid {} outside the pid space",
+                    s.sweep, o.pid
+                )));
             }
         }
+        for t in &s.targets {
+            if !self.sweep.members.insert(t.pid) {
+                self.push(mismatch(format!(
+                    "sweep {} targets pid {} outside the pid space",
+                    s.sweep, t.pid
+                )));
+            }
+            if t.ppid != w.pid && !self.sweep.parents.insert(t.ppid) {
+                self.push(mismatch(format!(
+                    "sweep {} targets pid {} whose parent {} is not in the sweep's closure",
+                    s.sweep, t.pid, t.ppid
+                )));
+            }
+            let mut out = Vec::new();
+            check_target(&start, self.root, t.ident(), s.sweep, &mut out);
+            for r in out {
+                self.push(r);
+            }
+        }
+        self.start = Some(start);
+    }
+
+    /// The closure check of the sweep just read: every target's parent is
+    /// the watchdog or in the same sweep.
+    fn flush_sweep(&mut self) {
+        let Some(sweep) = self.sweep.current.take() else {
+            return;
+        };
+        let missing = self.sweep.parents.missing_from(&self.sweep.members, 8);
+        for ppid in missing {
+            self.push(mismatch(format!(
+                "sweep {sweep} targets a process whose parent {ppid} is not in the sweep's closure"
+            )));
+        }
+        self.sweep.members.clear();
+        self.sweep.parents.clear();
     }
 
     /// Compares the receipt (the last record) with everything fed before it.
@@ -150,7 +294,24 @@ impl Replay {
         let Some(start) = self.start.take() else {
             return Vec::new(); // reported as first_not_run_started already
         };
+        if receipt.outcome == Outcome::Stopped && self.last_completed.is_none() {
+            self.push(Reason::new(
+                Code::StopNotCompleted,
+                None,
+                "a stopped receipt, but no stop_completed record: the stop's end is missing",
+            ));
+        }
+        if let (Outcome::Closed, Some(line)) = (receipt.outcome, self.stop_line) {
+            self.at(
+                Code::StopInClosedLog,
+                line,
+                "a stop record in a log whose receipt says closed".into(),
+            );
+        }
         let mut out = std::mem::take(&mut self.out);
+        if self.dropped > 0 {
+            out.push(mismatch(format!("... and {} more", self.dropped)));
+        }
         if !self.second_is_root_bound {
             out.insert(
                 0,
@@ -192,11 +353,7 @@ impl Replay {
             ))),
         }
         if receipt.quiescent {
-            let mut open: Vec<_> = self
-                .spawned
-                .keys()
-                .filter(|j| !self.exited.contains(j))
-                .collect();
+            let mut open: Vec<_> = self.open.keys().collect();
             open.sort();
             if !open.is_empty() {
                 out.push(mismatch(format!(
@@ -240,8 +397,6 @@ fn check_target(
     start: &RunStarted,
     root: Option<Ident>,
     t: Ident,
-    ppid: i32,
-    members: &HashSet<i32>,
     sweep: u32,
     out: &mut Vec<Reason>,
 ) {
@@ -261,12 +416,6 @@ fn check_target(
         out.push(mismatch(format!(
             "sweep {sweep} targets pid {} of uid {}, not the watchdog's {}",
             t.pid, t.uid, w.uid
-        )));
-    }
-    if ppid != w.pid && !members.contains(&ppid) {
-        out.push(mismatch(format!(
-            "sweep {sweep} targets pid {} whose parent {ppid} is not in the sweep's closure",
-            t.pid
         )));
     }
 }

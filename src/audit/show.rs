@@ -1,8 +1,28 @@
 //! `rea-audit show`: the log as a timeline for people. Lines that do not
 //! parse are shown as such; `show` never judges (that is `verify`'s job).
+//! It streams (memory bounded by the line cap, whatever the log's size) and
+//! every line it prints goes through [`people::escape`]: argv, comm, ids and
+//! details are chosen by jobs and never reach the terminal raw.
 
-use super::reader::{parse_line, split_lines};
-use super::record::{Event, Proc, Status};
+use std::io::{self, Write};
+
+use super::people;
+use super::reader::{parse_line, read_lines, Piece};
+use super::record::{Event, Proc, Status, TempEntry};
+use super::writer::MAX_LINE;
+
+/// Sockets, FIFOs, devices: named, since a runtime may still hold them.
+fn specials(es: &[TempEntry], truncated: bool) -> String {
+    let mut s: String = es
+        .iter()
+        .filter(|e| !matches!(e.kind.as_str(), "file" | "dir" | "symlink"))
+        .map(|e| format!(", {} {}", e.kind, e.path))
+        .collect();
+    if truncated {
+        s.push_str(", ...");
+    }
+    s
+}
 
 fn procs(ps: &[Proc]) -> String {
     const SHOWN: usize = 8;
@@ -116,11 +136,21 @@ pub fn summary(ev: &Event) -> String {
             "{} sweeps in {}ms, echild {}, scan empty {}, left {}",
             s.sweeps, s.elapsed_ms, s.echild, s.scan_empty, s.left
         ),
-        Event::TempRootInventoried(t) => format!("{}: {} entries, {} bytes", t.path, t.inventory.entries, t.inventory.bytes),
+        Event::TempRootInventoried(t) => format!(
+            "{}: {} entries, {} bytes{}",
+            t.path,
+            t.inventory.entries,
+            t.inventory.bytes,
+            specials(&t.listing, false)
+        ),
         Event::TempRootRemoved(t) => format!("removed {} {}", t.removed, t.detail),
         Event::StagingInventoried(s) => format!(
-            "{}: {} entries, {} bytes, digest {}",
-            s.identity.path, s.inventory.entries, s.inventory.bytes, s.inventory.digest
+            "{}: {} entries, {} bytes, digest {}{}",
+            s.identity.path,
+            s.inventory.entries,
+            s.inventory.bytes,
+            s.inventory.digest,
+            specials(&s.special, s.special_truncated)
         ),
         Event::Receipt(r) => format!(
             "{:?}{} quiescent {} uncertain {} temp removed {} root alive {} (jobs {}, signals {}, reaped {})",
@@ -137,38 +167,59 @@ pub fn summary(ev: &Event) -> String {
     }
 }
 
-/// The whole timeline as text.
-pub fn timeline(data: &[u8]) -> String {
-    let (lines, torn) = split_lines(data);
-    let mut out = String::new();
+/// Writes the timeline of the log read from `r` to `out`, one line per
+/// record, escaped for a terminal.
+pub fn write_timeline<R: io::Read, W: Write>(r: R, out: &mut W) -> io::Result<()> {
     let mut t0 = None;
-    for (i, line) in lines.iter().enumerate() {
-        match parse_line(line) {
-            Ok(rec) => {
-                let t0 = *t0.get_or_insert(rec.mono_ns);
-                let us = rec.mono_ns.saturating_sub(t0) / 1000;
-                out.push_str(&format!(
-                    "{:>5} {:>7}.{:03}ms  {:<22} {}\n",
-                    rec.seq,
-                    us / 1000,
-                    us % 1000,
-                    rec.event.kind(),
-                    summary(&rec.event)
-                ));
+    let mut n = 0u64;
+    let mut failed: Option<io::Error> = None;
+    let mut emit = |text: String, out: &mut W| {
+        if failed.is_none() {
+            if let Err(e) = writeln!(out, "{}", people::escape(&text)) {
+                failed = Some(e);
             }
-            Err(e) => out.push_str(&format!(
-                "line {}: unreadable ({:?}: {})\n",
-                i + 1,
-                e.code,
-                e.detail
-            )),
         }
-    }
+    };
+    let torn = read_lines(r, |piece| {
+        n += 1;
+        let text = match piece {
+            Piece::Overlong(len) => {
+                format!("line {n}: unreadable (LineTooLong: {len} bytes; the cap is {MAX_LINE})")
+            }
+            Piece::Line(line) => match parse_line(line) {
+                Ok(rec) => {
+                    let t0 = *t0.get_or_insert(rec.mono_ns);
+                    let us = rec.mono_ns.saturating_sub(t0) / 1000;
+                    format!(
+                        "{:>5} {:>7}.{:03}ms  {:<22} {}",
+                        rec.seq,
+                        us / 1000,
+                        us % 1000,
+                        rec.event.kind(),
+                        summary(&rec.event)
+                    )
+                }
+                Err(e) => format!("line {n}: unreadable ({:?}: {})", e.code, e.detail),
+            },
+        };
+        emit(text, out);
+    })?;
     if let Some(t) = torn {
-        out.push_str(&format!(
-            "(torn last line: {} bytes without a newline)\n",
-            t.len()
-        ));
+        emit(
+            format!("(torn last line: {} bytes without a newline)", t.len()),
+            out,
+        );
     }
-    out
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// The whole timeline as text (for a log held in memory).
+pub fn timeline(data: &[u8]) -> String {
+    let mut out = Vec::new();
+    // Writing to a Vec cannot fail.
+    let _ = write_timeline(data, &mut out);
+    String::from_utf8_lossy(&out).into_owned()
 }

@@ -68,6 +68,15 @@ pub enum Code {
     HeadMismatch,
     ExpectRunMismatch,
     ReplayMismatch,
+    // What a consistent writer always produces (SPEC 5 "Reading").
+    NonCanonical,
+    MonoRegressed,
+    BadDigest,
+    ForeignUid,
+    LeaderNotSession,
+    StopNotCompleted,
+    StopInClosedLog,
+    SweepWithoutTrigger,
     // The watchdog did not finish.
     EmptyLog,
     TornLine,
@@ -77,12 +86,14 @@ pub enum Code {
     UncertainMappings,
     TempRootNotRemoved,
     RootLost,
+    Hangup,
     AuditFailure,
     StagingMismatch,
     StagingNotRecorded,
     StagingNotChecked,
     // Could not look.
     IoError,
+    NotARegularFile,
 }
 
 impl Code {
@@ -93,11 +104,16 @@ impl Code {
             | DuplicateKey | Float | BadField | UnknownKind | BadVersion | BadTimestamp
             | SeqMismatch | PrevMismatch | GenesisMismatch | RunMismatch | FirstNotRunStarted
             | DuplicateReceipt | RecordAfterReceipt | HeadMismatch | ExpectRunMismatch
-            | ReplayMismatch => Status::Tampered,
+            | ReplayMismatch | NonCanonical | MonoRegressed | BadDigest | ForeignUid
+            | LeaderNotSession | StopNotCompleted | StopInClosedLog | SweepWithoutTrigger => {
+                Status::Tampered
+            }
             EmptyLog | TornLine | NoReceipt => Status::Incomplete,
-            NotQuiescent | UncertainMappings | TempRootNotRemoved | RootLost | AuditFailure
-            | StagingMismatch | StagingNotRecorded | StagingNotChecked => Status::Retain,
-            IoError => Status::Error,
+            NotQuiescent | UncertainMappings | TempRootNotRemoved | RootLost | Hangup
+            | AuditFailure | StagingMismatch | StagingNotRecorded | StagingNotChecked => {
+                Status::Retain
+            }
+            IoError | NotARegularFile => Status::Error,
         }
     }
 
@@ -187,8 +203,16 @@ impl Verdict {
         self.reasons.iter().any(|r| r.code == code)
     }
 
-    /// A short summary for people (what `verify` prints without `--json`).
+    /// A short summary for people (what `verify` prints without `--json`),
+    /// control characters escaped ([`super::people::escape`]).
     pub fn human(&self) -> String {
+        self.human_raw()
+            .lines()
+            .map(|l| super::people::escape(l) + "\n")
+            .collect()
+    }
+
+    fn human_raw(&self) -> String {
         let mut s = String::new();
         let status = match self.status {
             Status::DeleteAllowed => "DELETE ALLOWED",
@@ -225,6 +249,12 @@ impl Verdict {
         }
         if let Some(st) = &self.staging {
             s.push_str(&format!("  staging  {}\n", st.identity.path));
+            for e in &st.special {
+                s.push_str(&format!("           {} {}\n", e.kind, e.path));
+            }
+            if st.special_truncated {
+                s.push_str("           ... (more sockets, FIFOs or devices)\n");
+            }
         }
         for r in &self.reasons {
             let line = r.line.map(|l| format!("line {l}: ")).unwrap_or_default();

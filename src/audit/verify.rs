@@ -6,16 +6,16 @@
 //! hashed as it streams by (the next line's `prev` still needs its hash)
 //! but never buffered whole.
 
-use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
 use super::chain;
-use super::reader::parse_line;
+use super::reader::{open_log, parse_line, OpenError};
 use super::record::{Event, Outcome, Receipt, StopReason, RECORD_VERSION};
 use super::replay::Replay;
+use super::rules;
 use super::verdict::{Code, Reason, Status, Verdict};
 use super::writer::MAX_LINE;
 use crate::inventory;
@@ -36,18 +36,19 @@ pub struct VerifyOptions {
 /// Verifies the log at `path`. Never fails: an unreadable log is a verdict.
 pub fn verify_file(path: &Path, opts: &VerifyOptions) -> Verdict {
     let name = path.display().to_string();
-    let io_error = |e: std::io::Error| {
+    let refused = |e: OpenError| {
         let mut v = Verdict::empty(&name);
-        v.reasons.push(Reason::new(
-            Code::IoError,
-            None,
-            format!("cannot read the log: {e}"),
-        ));
+        let code = match e {
+            OpenError::Io(_) => Code::IoError,
+            OpenError::NotRegular(_) => Code::NotARegularFile,
+        };
+        v.reasons.push(Reason::new(code, None, e.to_string()));
         v.finish()
     };
-    let mut f = match File::open(path) {
+    let io_error = |e: std::io::Error| refused(OpenError::Io(e));
+    let mut f = match open_log(path) {
         Ok(f) => f,
-        Err(e) => return io_error(e),
+        Err(e) => return refused(e),
     };
     let mut c = Checker::new();
     let mut buf = vec![0u8; CHUNK];
@@ -129,6 +130,10 @@ struct Checker {
     overlong: Option<(Sha256, u64)>,
     /// The file starts with a byte order mark: the rest is not looked at.
     bom: bool,
+    /// `mono_ns` of the last record that parsed.
+    mono: Option<u64>,
+    /// The writer's encoding of the current line (reused).
+    scratch: Vec<u8>,
 }
 
 impl Checker {
@@ -144,6 +149,8 @@ impl Checker {
             replay: Replay::default(),
             overlong: None,
             bom: false,
+            mono: None,
+            scratch: Vec::new(),
         }
     }
 
@@ -214,6 +221,32 @@ impl Checker {
         match parse_line(line) {
             Err(e) => rs.push(e.code, Some(n), e.detail),
             Ok(rec) => {
+                if !rules::is_canonical(line, &rec, &mut self.scratch) {
+                    rs.push(
+                        Code::NonCanonical,
+                        Some(n),
+                        "not byte for byte the writer's encoding of this record (spacing, key spelling or order, escapes, an array for an object)",
+                    );
+                }
+                if let Some(d) = rules::bad_digest(&rec.event) {
+                    rs.push(
+                        Code::BadDigest,
+                        Some(n),
+                        format!("digest {d:?} is not 64 lowercase hex digits"),
+                    );
+                }
+                if self.mono.is_some_and(|m| rec.mono_ns < m) {
+                    rs.push(
+                        Code::MonoRegressed,
+                        Some(n),
+                        format!(
+                            "mono_ns {} is before the previous record's {}",
+                            rec.mono_ns,
+                            self.mono.unwrap_or_default()
+                        ),
+                    );
+                }
+                self.mono = Some(rec.mono_ns);
                 if rec.v != RECORD_VERSION {
                     rs.push(Code::BadVersion, Some(n), format!("v is {}", rec.v));
                 }
@@ -269,7 +302,7 @@ impl Checker {
                         self.receipt_line = Some(n);
                         self.last_receipt = Some(rc);
                     }
-                    (None, ev) => self.replay.record(ev),
+                    (None, ev) => self.replay.record(ev, n),
                 }
             }
         }
@@ -429,6 +462,15 @@ fn judge(replay: &Replay, rc: &Receipt, opts: &VerifyOptions, rs: &mut Reasons) 
             "the controller died during the action; its intent is unknown, so keep the stage",
         );
     }
+    // A hangup (an SSH session ending) neither proves the controller dead
+    // nor says it wanted the stage gone: keep it, whichever trigger came first.
+    if stopped_for(StopReason::Hangup) || replay.hangup_seen {
+        rs.push(
+            Code::Hangup,
+            None,
+            "the watchdog got a hangup (SIGHUP): the controller's intent is unknown, so keep the stage",
+        );
+    }
     let start_staging = replay.start().and_then(|s| s.staging.as_ref());
     if let (Some(at_start), Some(sealed)) = (start_staging, &rc.staging) {
         if !inventory::same_dir(at_start, &sealed.identity) {
@@ -445,9 +487,9 @@ fn judge(replay: &Replay, rc: &Receipt, opts: &VerifyOptions, rs: &mut Reasons) 
             None,
             format!("--staging {} given, but this run recorded no staging directory", path.display()),
         ),
-        (Some(path), Some(sealed)) => match (inventory::dir_identity(path), inventory::inventory(path)) {
-            (Ok(id), Ok(inv)) => {
-                if !inventory::same_dir(&id, &sealed.identity) {
+        (Some(path), Some(sealed)) => match inventory::staging(path) {
+            Ok(now) => {
+                if !inventory::same_dir(&now.identity, &sealed.identity) {
                     rs.push(
                         Code::StagingMismatch,
                         None,
@@ -456,7 +498,7 @@ fn judge(replay: &Replay, rc: &Receipt, opts: &VerifyOptions, rs: &mut Reasons) 
                             path.display()
                         ),
                     );
-                } else if inv != sealed.inventory {
+                } else if now.inventory != sealed.inventory || now.special != sealed.special {
                     rs.push(
                         Code::StagingMismatch,
                         None,
@@ -464,14 +506,15 @@ fn judge(replay: &Replay, rc: &Receipt, opts: &VerifyOptions, rs: &mut Reasons) 
                     );
                 }
             }
-            (Err(e), _) | (_, Err(e)) => {
+            Err(e) => {
                 rs.push(Code::StagingMismatch, None, format!("cannot inventory {}: {e}", path.display()))
             }
         },
-        (None, Some(_)) if rc.outcome == Outcome::Stopped => rs.push(
+        // rev 2: closed or stopped alike, a recorded stage is checked or kept.
+        (None, Some(_)) => rs.push(
             Code::StagingNotChecked,
             None,
-            "the action was stopped: deletion is allowed only for the exact stage; pass --staging DIR",
+            "the log recorded a staging directory: deletion is allowed only for that exact, unchanged stage; pass --staging DIR",
         ),
         (None, _) => {}
     }

@@ -56,6 +56,31 @@ struct Envelope<'a> {
     data: EventData<'a>,
 }
 
+/// The envelope fields of one record, as the writer spells them.
+pub struct Line<'a> {
+    pub run: &'a str,
+    pub seq: u64,
+    pub ts: &'a str,
+    pub mono_ns: u64,
+    pub prev: &'a str,
+}
+
+/// Appends the exact bytes of the record line (no `\n`) to `out`: the one
+/// encoding the writer produces and the verifier compares against.
+pub fn encode(line: &Line<'_>, event: &Event, out: &mut Vec<u8>) -> serde_json::Result<()> {
+    let env = Envelope {
+        v: RECORD_VERSION,
+        run: line.run,
+        seq: line.seq,
+        ts: line.ts,
+        mono_ns: line.mono_ns,
+        kind: event.kind(),
+        prev: line.prev,
+        data: event.data(),
+    };
+    serde_json::to_writer(out, &env)
+}
+
 pub struct AuditWriter {
     file: File,
     path: PathBuf,
@@ -132,18 +157,14 @@ impl AuditWriter {
         }
         let ts = clock::rfc3339_now();
         self.buf.clear();
-        let env = Envelope {
-            v: RECORD_VERSION,
+        let line = Line {
             run: &self.run,
             seq: self.seq,
             ts: &ts,
             mono_ns: clock::mono_ns(),
-            kind: event.kind(),
             prev: &self.prev,
-            data: event.data(),
         };
-        serde_json::to_writer(&mut self.buf, &env)
-            .map_err(|e| AuditError::Io(io::Error::other(e)))?;
+        encode(&line, event, &mut self.buf).map_err(|e| AuditError::Io(io::Error::other(e)))?;
         if self.buf.len() > MAX_LINE {
             return Err(AuditError::TooLarge(self.buf.len()));
         }

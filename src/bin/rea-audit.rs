@@ -1,10 +1,14 @@
 //! `rea-audit`: verify a rea audit log and derive whether deletion is allowed.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use rea::audit::chain::is_digest;
+use rea::audit::people::escape;
+use rea::audit::reader::open_log;
+use rea::audit::show::write_timeline;
 use rea::audit::verdict::Status;
 use rea::audit::verify::{verify_file, VerifyOptions};
 use rea::vocab::is_token;
@@ -55,7 +59,7 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Print the log as a readable timeline.
+    /// Print the log as a readable timeline (control characters escaped).
     Show { log: PathBuf },
 }
 
@@ -101,6 +105,17 @@ fn main() -> ExitCode {
                 staging,
             };
             let v = verify_file(&log, &opts);
+            if v.status == Status::Error {
+                // Not a log at all (unreadable, a FIFO, a device): say so
+                // where people look, whatever --json asks for on stdout.
+                for r in &v.reasons {
+                    eprintln!(
+                        "rea-audit: {}: {}",
+                        escape(&log.display().to_string()),
+                        r.detail
+                    );
+                }
+            }
             if json {
                 match serde_json::to_string_pretty(&v) {
                     Ok(s) => println!("{s}"),
@@ -111,12 +126,18 @@ fn main() -> ExitCode {
             }
             ExitCode::from(v.exit_code as u8)
         }
-        Cmd::Show { log } => match std::fs::read(&log) {
-            Ok(data) => {
-                print!("{}", rea::audit::show::timeline(&data));
-                ExitCode::SUCCESS
+        Cmd::Show { log } => {
+            let name = escape(&log.display().to_string());
+            let f = match open_log(&log) {
+                Ok(f) => f,
+                Err(e) => return usage(&format!("{name}: {e}")),
+            };
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            match write_timeline(f, &mut out).and_then(|()| out.flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => usage(&format!("{name}: {e}")),
             }
-            Err(e) => usage(&format!("cannot read {}: {e}", log.display())),
-        },
+        }
     }
 }

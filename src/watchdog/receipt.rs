@@ -162,20 +162,16 @@ fn inventory_staging(
     ledger: &mut Ledger,
 ) -> Option<StagingInventoried> {
     let (path, start) = (path?, start?);
-    let seen = match (inventory::dir_identity(path), inventory::inventory(path)) {
-        (Ok(identity), Ok(inventory)) => StagingInventoried {
-            identity,
-            inventory,
+    let seen = inventory::staging(path).unwrap_or_else(|_| StagingInventoried {
+        identity: start.clone(),
+        inventory: Inventory {
+            entries: 0,
+            bytes: 0,
+            digest: crate::audit::chain::line_hash(b""),
         },
-        _ => StagingInventoried {
-            identity: start.clone(),
-            inventory: Inventory {
-                entries: 0,
-                bytes: 0,
-                digest: crate::audit::chain::line_hash(b""),
-            },
-        },
-    };
+        special: Vec::new(),
+        special_truncated: false,
+    });
     ledger.append(Event::StagingInventoried(seen.clone()));
     Some(seen)
 }

@@ -25,9 +25,9 @@ use rea::audit::record::Outcome;
 use rea::audit::record::{
     Bounds, DirIdentity, Event, Ident, JobExited, JobSpawned, Link, MappingUncertain, Mode,
     OutputCapped, Proc, Reaped, ReapedProc, Receipt, RequestReceived, RequestRefused, RootBound,
-    RootSource, RunStarted, Sig, SignalSweep, Stage, StagingInventoried, Status, StopCompleted,
-    StopPriority, StopReason, StopTriggered, Stream, StreamSummary, TempRootInventoried,
-    TempRootRemoved, Uncertainty,
+    RootSource, RunStarted, Sig, SignalSweep, Stage, Status, StopCompleted, StopPriority,
+    StopReason, StopTriggered, Stream, StreamSummary, TempRootInventoried, TempRootRemoved,
+    Uncertainty,
 };
 use rea::inventory;
 use rea::process::identity;
@@ -623,11 +623,7 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
     log.rec(Event::TempRootRemoved(TempRootRemoved { removed, detail }));
 
     let staged = staging.map(|identity| {
-        let inv = inventory::inventory(Path::new(&identity.path)).expect("staging inventory");
-        let s = StagingInventoried {
-            identity,
-            inventory: inv,
-        };
+        let s = inventory::staging(Path::new(&identity.path)).expect("staging inventory");
         log.rec(Event::StagingInventoried(s.clone()));
         s
     });
