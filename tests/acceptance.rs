@@ -274,9 +274,10 @@ fn assert_counts_recount(log: &Path, receipt: &Value) {
     );
 }
 
-/// A stopped action is delete_allowed only for the exact stage (SPEC 5):
-/// rehearse's own verify had `--staging` (and then deleted it), so verifying
-/// again without it leaves exactly one reason, and the pinned head holds.
+/// A log that recorded a stage is delete_allowed only for the exact stage
+/// (SPEC 5): rehearse's own verify had `--staging` (and then deleted it),
+/// so verifying again without it leaves exactly one reason, and the pinned
+/// head holds.
 fn assert_only_staging_unchecked(r: &Rehearsal) {
     let head = r.report["head"].as_str().unwrap().to_string();
     let (code, v) = verify_log(&r.log(), &["--expect-head", &head]);
@@ -339,9 +340,9 @@ fn rehearse_success_three_launchers_delete_allowed() {
     assert_eq!(receipt["outcome"], "closed");
     assert_eq!(receipt["quiescent"], true);
     assert_eq!(receipt["counts"]["signals"], 0);
-    let head = r.report["head"].as_str().unwrap().to_string();
-    let (code, v) = verify_log(&r.log(), &["--expect-head", &head]);
-    assert_eq!(code, 0, "{v:#}");
+    // rehearse verified with --staging before deleting the stage; without
+    // it the verdict cannot be delete_allowed (SPEC 5, rev 2).
+    assert_only_staging_unchecked(&r);
     sibling.assert_alive();
 }
 
@@ -1161,7 +1162,8 @@ fn stale_caller_identity_is_refused_even_after_pid_reuse() {
     );
     assert_eq!(data_of(&records, "job_spawned").len(), 1);
     assert!(of_kind(&records, "stop_triggered").is_empty());
-    let (code, v) = w.verify(&["--expect-head", &w.head().unwrap()]);
+    let head = w.head().unwrap();
+    let (code, v) = w.verify(&["--expect-head", &head, "--staging", s(&w.staging)]);
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(v["outcome"], "closed");
 }

@@ -379,13 +379,17 @@ fn audit_failure_stops_the_whole_tree_and_fails_the_run() {
     let mut w = Watchdog::start_in(Scratch::new(), Some(logdir.join("audit.jsonl")), &[]);
     let mut t = Nasty::start(&w, &sibling, &[], "wait");
     fill(&logdir);
-    // Refused garbage requests only add records; the log's last page has
-    // some slack, so keep asking until a record no longer fits.
+    // Refused requests only add records; the log's last page has some
+    // slack, so keep asking until a record no longer fits. Each names a
+    // usable reply FIFO, so it is refused (and recorded) on its own, not
+    // coalesced into a burst of unanswerable ones.
     let mut failed = false;
     let mut tries = 0;
     for i in 0..200 {
         let refused_before = of_kind(&w.records(), "request_refused").len();
-        raw::send(&w.state_dir, format!("not a request {i}\n").as_bytes());
+        let reply = raw::ReplyFifo::create(&w.state_dir, &format!("fill-{i}"));
+        let req = raw::Req::spawn(&format!("fill-{i}"), &reply.name, &["/bin/true"]).add("x", "1");
+        raw::send(&w.state_dir, &req.line());
         let outcome = wait_for(PATIENCE, "a refusal record or the watchdog's exit", || {
             if w.pidfd.has_exited() {
                 Some(true)
