@@ -38,12 +38,14 @@ fn cases(short: u32, long_: u32) -> u32 {
     }
 }
 
-/// `rea-audit ARGS` with its address space capped at `as_mib` and a 2 s
-/// wall-clock bound (a hang fails the test).
+/// `rea-audit ARGS` with its address space capped at `as_mib`, at most 2 s
+/// of CPU (`prlimit --cpu`: a spin is killed whatever the machine's load)
+/// and a generous 10 s wall-clock bound (a hang fails the test; a loaded
+/// 2-core machine does not).
 fn audit_limited(as_mib: u64, args: &[&std::ffi::OsStr]) -> Output {
     let child = Command::new("prlimit")
         .arg(format!("--as={}", as_mib << 20))
-        .arg("--cpu=4")
+        .arg("--cpu=2")
         .arg("--")
         .arg(env!("CARGO_BIN_EXE_rea-audit"))
         .args(args)
@@ -52,7 +54,7 @@ fn audit_limited(as_mib: u64, args: &[&std::ffi::OsStr]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn prlimit rea-audit");
-    output_within(child, Duration::from_secs(2))
+    output_within(child, Duration::from_secs(10))
 }
 
 // ---------------------------------------------------------------------------
