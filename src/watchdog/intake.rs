@@ -131,6 +131,10 @@ impl Intake {
     /// read before has been taken. Memory stays bounded by one read.
     pub fn fill(&mut self, fifo: &mut File) {
         if !self.queue.is_empty() {
+            // Readiness is edge-triggered: remember it, or input that came
+            // while the queue was full would wait for a write that may never
+            // come (a flooder blocked on the full pipe, then stopped).
+            self.more = true;
             return;
         }
         let mut buf = vec![0u8; READ_BUDGET];
