@@ -309,6 +309,25 @@ mod tests {
     }
 
     #[test]
+    fn readiness_seen_while_texts_are_queued_is_not_lost() {
+        use std::io::Write;
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_NONBLOCK).unwrap();
+        let (mut r, mut w) = (File::from(r), File::from(w));
+        let mut i = Intake::default();
+        w.write_all(b"\x1e{}\n\x1e{}\n").unwrap();
+        i.fill(&mut r);
+        assert!(i.next_text().is_some());
+        // More input arrives (one edge) while a text is still queued.
+        w.write_all(b"\x1e{}\n").unwrap();
+        i.fill(&mut r);
+        assert!(i.next_text().is_some());
+        assert!(i.pending(), "the FIFO's new input is still to be read");
+        i.fill(&mut r);
+        assert_eq!(i.next_text(), Some(Text::Json(b"{}".to_vec())));
+        assert!(i.next_text().is_none());
+    }
+
+    #[test]
     fn an_id_is_used_once_admitted_and_not_when_refused() {
         let mut i = Intake::default();
         let closing = Gate {
