@@ -11,7 +11,7 @@
 //! | `d_caller_as_array_is_refused` | `"caller":[pid,start,uid]` |
 //! | `e_sighup_is_a_hangup_stop` | SIGHUP to the watchdog |
 //! | `f_a_group_leader_detaches` | started as a process-group leader |
-//! | `g_sigstopped_watchdog` | the watchdog SIGSTOPped for 2 s mid-action |
+//! | `g_sigstopped_watchdog` | the watchdog SIGSTOPped for 2 s mid-action (verify meanwhile: incomplete) |
 //! | `h_refuses_to_start_without_its_root` | `--root-pid` of a dead, reaped process |
 //! | `i_phase_deadline_with_nested_launcher` | a phase deadline while its launcher runs |
 //! | `j_minimal_job_environment` | the watchdog's own environment and `--pass-env` |
@@ -423,6 +423,20 @@ fn g_sigstopped_watchdog() {
         "close gave up after {took:?}"
     );
     assert!(!err.trim().is_empty(), "close failed without a word");
+    // The log of a watchdog stopped mid-action has no receipt: incomplete.
+    // (rea-audit directly: the harness's verify_log also checks the schema.)
+    let v = Command::new(audit_bin())
+        .arg("verify")
+        .arg(&w.audit_log)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let verdict: Value = serde_json::from_slice(&v.stdout).expect("verify --json");
+    assert_eq!(v.status.code(), Some(2), "{verdict:#}");
+    assert!(
+        reason_codes(&verdict).iter().any(|c| c == "no_receipt"),
+        "{verdict:#}"
+    );
     // The stop lasts 2 s in all (the fault itself, not an oracle).
     std::thread::sleep(Duration::from_secs(2).saturating_sub(stopped_at.elapsed()));
     let cont = rea::clock::mono_ns();
