@@ -1,6 +1,12 @@
 //! The request parser (`rea::protocol::parse_request`): every shape error
 //! has its own reason code, refusals keep the address they can, arrays are
 //! never taken for objects. Pure: no process is started here.
+//!
+//! The properties at the end (proptest): arbitrary bytes never panic the
+//! parser; a request the parser accepts, re-serialised through
+//! `rea::protocol::Request`, parses to an equal value. Short mode by default
+//! (64 cases a property); long mode: `REA_LONG_PROPTEST=1 tools/test --test
+//! parser` (20 000 cases a property).
 
 use rea::protocol::{parse_request, Op, RefusalReason};
 fn spawn_line(extra: &str) -> String {
@@ -150,4 +156,184 @@ fn explicit_null_is_a_wrong_type() {
         reason(&spawn_line("").replace("\"discard\"", "null")),
         RefusalReason::BadCapture
     );
+}
+
+mod props {
+    use proptest::prelude::*;
+    use proptest::test_runner::Config;
+    use rea::protocol::{parse_request, Caller, Capture, Op, ParsedRequest, Request, MAX_REQUEST};
+    use serde_json::Value;
+
+    fn config() -> Config {
+        let long = std::env::var_os("REA_LONG_PROPTEST").is_some_and(|v| v == "1");
+        Config {
+            cases: if long { 20_000 } else { 64 },
+            failure_persistence: None,
+            ..Config::default()
+        }
+    }
+
+    fn token() -> impl Strategy<Value = String> {
+        "[A-Za-z0-9_.-]{1,64}"
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![Just(Op::Spawn), Just(Op::Stop), Just(Op::Close)]
+    }
+
+    /// A request the protocol allows (argv[0] absolute, no NUL, ...).
+    fn request() -> impl Strategy<Value = Request> {
+        (
+            op(),
+            token(),
+            token().prop_filter("not . or ..", |n| n != "." && n != ".."),
+            (1i32..=i32::MAX, any::<u64>(), any::<u32>()),
+            "/[^\u{0}]{0,40}",
+            proptest::collection::vec("[^\u{0}]{0,20}", 0..5),
+            1u64..=u64::MAX,
+            any::<bool>(),
+            proptest::option::of(token()),
+        )
+            .prop_map(
+                |(op, id, reply, (pid, start_time, uid), argv0, rest, deadline, capture, name)| {
+                    let spawn = op == Op::Spawn;
+                    let mut argv = vec![argv0];
+                    argv.extend(rest);
+                    Request {
+                        v: 1,
+                        op,
+                        id,
+                        caller: Caller {
+                            pid,
+                            start_time,
+                            uid,
+                        },
+                        reply,
+                        argv: spawn.then_some(argv),
+                        deadline_ms: spawn.then_some(deadline),
+                        capture: spawn.then_some(if capture {
+                            Capture::Capture
+                        } else {
+                            Capture::Discard
+                        }),
+                        name: if spawn { name } else { None },
+                    }
+                },
+            )
+    }
+
+    /// Any JSON value, small.
+    fn json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "[ -~]{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-z_]{1,12}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    const KEYS: &[&str] = &[
+        "v",
+        "op",
+        "id",
+        "caller",
+        "reply",
+        "argv",
+        "deadline_ms",
+        "capture",
+        "name",
+        "extra",
+    ];
+
+    /// A mutation of a good request's JSON: a field removed, replaced by
+    /// any value, or added. Many stay acceptable, many do not.
+    fn mutated() -> impl Strategy<Value = Vec<u8>> {
+        (
+            request(),
+            proptest::collection::vec((0usize..3, 0..KEYS.len(), json()), 0..3),
+        )
+            .prop_map(|(req, muts)| {
+                let mut v = serde_json::to_value(&req).unwrap();
+                let obj = v.as_object_mut().unwrap();
+                for (kind, k, val) in muts {
+                    let key = KEYS[k].to_string();
+                    match kind {
+                        0 => {
+                            obj.remove(&key);
+                        }
+                        1 => {
+                            if obj.contains_key(&key) {
+                                obj.insert(key, val);
+                            }
+                        }
+                        _ => {
+                            obj.insert(key, val);
+                        }
+                    }
+                }
+                serde_json::to_vec(&v).unwrap()
+            })
+    }
+
+    /// The request an accepted parse stands for.
+    fn as_request(p: &ParsedRequest) -> Request {
+        Request {
+            v: 1,
+            op: p.op,
+            id: p.id.clone(),
+            caller: p.caller,
+            reply: p.reply.clone(),
+            argv: p.spawn.as_ref().map(|s| s.argv.clone()),
+            deadline_ms: p.spawn.as_ref().map(|s| s.deadline_ms),
+            capture: p.spawn.as_ref().map(|s| s.capture),
+            name: p.spawn.as_ref().and_then(|s| s.name.clone()),
+        }
+    }
+
+    fn roundtrip(p: &ParsedRequest) -> Result<(), TestCaseError> {
+        let req = as_request(p);
+        let text = serde_json::to_vec(&req).unwrap();
+        if text.len() + 2 > MAX_REQUEST {
+            return Ok(()); // a request that fits only once escaped differently
+        }
+        let again = parse_request(&text)
+            .map_err(|e| TestCaseError::fail(format!("re-serialised request refused: {e:?}")))?;
+        prop_assert_eq!(&again, p);
+        prop_assert_eq!(as_request(&again), req);
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..5000)) {
+            let _ = parse_request(&data);
+        }
+
+        #[test]
+        fn mutated_requests_never_panic_and_accepted_ones_roundtrip(text in mutated()) {
+            if let Ok(p) = parse_request(&text) {
+                roundtrip(&p)?;
+            }
+        }
+
+        #[test]
+        fn a_valid_request_is_accepted_and_roundtrips(req in request()) {
+            let text = serde_json::to_vec(&req).unwrap();
+            prop_assume!(text.len() + 2 <= MAX_REQUEST);
+            let p = parse_request(&text)
+                .map_err(|e| TestCaseError::fail(format!("{e:?} for {}", String::from_utf8_lossy(&text))))?;
+            prop_assert_eq!(as_request(&p), req);
+            roundtrip(&p)?;
+        }
+    }
 }

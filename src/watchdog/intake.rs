@@ -131,6 +131,10 @@ impl Intake {
     /// read before has been taken. Memory stays bounded by one read.
     pub fn fill(&mut self, fifo: &mut File) {
         if !self.queue.is_empty() {
+            // Readiness is edge-triggered: remember it, or input that came
+            // while the queue was full would wait for a write that may never
+            // come (a flooder blocked on the full pipe, then stopped).
+            self.more = true;
             return;
         }
         let mut buf = vec![0u8; READ_BUDGET];
@@ -312,6 +316,25 @@ mod tests {
 
     fn reason(r: Result<Admitted, Refused>) -> Option<RefusalReason> {
         r.err().map(|(reason, _)| reason)
+    }
+
+    #[test]
+    fn readiness_seen_while_texts_are_queued_is_not_lost() {
+        use std::io::Write;
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_NONBLOCK).unwrap();
+        let (mut r, mut w) = (File::from(r), File::from(w));
+        let mut i = Intake::default();
+        w.write_all(b"\x1e{}\n\x1e{}\n").unwrap();
+        i.fill(&mut r);
+        assert!(i.next_text().is_some());
+        // More input arrives (one edge) while a text is still queued.
+        w.write_all(b"\x1e{}\n").unwrap();
+        i.fill(&mut r);
+        assert!(i.next_text().is_some());
+        assert!(i.pending(), "the FIFO's new input is still to be read");
+        i.fill(&mut r);
+        assert_eq!(i.next_text(), Some(Text::Json(b"{}".to_vec())));
+        assert!(i.next_text().is_none());
     }
 
     #[test]

@@ -198,6 +198,19 @@ impl Watchdog {
     /// Like [`Watchdog::start`], in a scratch directory the test prepared,
     /// with the audit log at `audit_log` (default `SCRATCH/audit.jsonl`).
     pub fn start_in(scratch: Scratch, audit_log: Option<PathBuf>, extra: &[&str]) -> Watchdog {
+        Watchdog::start_with(scratch, audit_log, extra, |_| {})
+    }
+
+    /// Like [`Watchdog::start_in`], with `tune` applied to the command
+    /// before it is spawned (an environment variable, a descriptor limit
+    /// in `pre_exec`, a process group). The spawned process is the one held:
+    /// when the watchdog detaches (SPEC 3.2) that is the shim.
+    pub fn start_with(
+        scratch: Scratch,
+        audit_log: Option<PathBuf>,
+        extra: &[&str],
+        tune: impl FnOnce(&mut Command),
+    ) -> Watchdog {
         let state_dir = scratch.path("state");
         let audit_log = audit_log.unwrap_or_else(|| scratch.path("audit.jsonl"));
         let staging = scratch.path("staging");
@@ -215,6 +228,7 @@ impl Watchdog {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        tune(&mut cmd);
         let mut child = cmd.spawn().expect("spawn rea-watchdog run");
         let pidfd = bind_unwaited_child(&child).expect("bind watchdog");
         let stdout = child.stdout.take().unwrap();
