@@ -323,20 +323,25 @@ impl Session {
             deadline_ms: None,
             capture: None,
             name: None,
+            inner_alarm_ms: None,
         })
     }
 
-    /// Spawn: returns every reply in order (accepted/refused, then the result).
+    /// Spawn: returns every reply in order (accepted/refused, then the
+    /// result). `inner_alarm`: SIGALRM to the job's leader at that instant
+    /// (below the deadline; the runtime's own alarm, not a stop).
     pub fn submit(
         &self,
         argv: Vec<String>,
         deadline: Duration,
+        inner_alarm: Option<Duration>,
         capture: bool,
         name: Option<String>,
     ) -> Result<Vec<Reply>, ClientError> {
         let mut req = self.request(crate::protocol::Op::Spawn, name.as_deref().unwrap_or("job"))?;
         req.argv = Some(argv);
         req.deadline_ms = Some(deadline.as_millis().max(1) as u64);
+        req.inner_alarm_ms = inner_alarm.map(|a| a.as_millis().max(1) as u64);
         req.capture = Some(if capture {
             crate::protocol::Capture::Capture
         } else {

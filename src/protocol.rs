@@ -79,6 +79,8 @@ pub struct Request {
     pub capture: Option<Capture>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inner_alarm_ms: Option<u64>,
 }
 
 /// What a spawn request asks for, once every field has been checked.
@@ -88,6 +90,9 @@ pub struct SpawnSpec {
     pub deadline_ms: u64,
     pub capture: Capture,
     pub name: Option<String>,
+    /// The runtime's own alarm (SPEC 3.3): SIGALRM to the leader this many
+    /// ms after spawn, through its pidfd; below `deadline_ms`; not a stop.
+    pub inner_alarm_ms: Option<u64>,
 }
 
 /// A request whose every field has been parsed and checked for shape.
@@ -143,6 +148,8 @@ struct Wire<'a> {
     capture: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
     name: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    inner_alarm_ms: Option<&'a RawValue>,
 }
 
 /// An optional field that is present, even as `null`: an explicit `null`
@@ -289,12 +296,13 @@ pub fn parse_request(line: &[u8]) -> Result<ParsedRequest, Refusal> {
         Op::Stop | Op::Close => {
             if wire.argv.is_some()
                 || wire.deadline_ms.is_some()
+                || wire.inner_alarm_ms.is_some()
                 || wire.capture.is_some()
                 || wire.name.is_some()
             {
                 return Err(addressed(Refusal::new(
                     RefusalReason::Malformed,
-                    "argv, deadline_ms, capture and name belong to spawn only",
+                    "argv, deadline_ms, capture, name and inner_alarm_ms belong to spawn only",
                 )));
             }
             None
@@ -362,11 +370,27 @@ fn parse_spawn(wire: &Wire) -> Result<SpawnSpec, Refusal> {
             Some(n)
         }
     };
+    let inner_alarm_ms = match wire.inner_alarm_ms {
+        None => None,
+        Some(raw) => {
+            let ms: u64 = field(raw, RefusalReason::BadInnerAlarm, "inner_alarm_ms")?;
+            if ms == 0 || ms >= deadline_ms {
+                return Err(Refusal::new(
+                    RefusalReason::BadInnerAlarm,
+                    format!(
+                        "inner_alarm_ms must be positive and below deadline_ms ({deadline_ms})"
+                    ),
+                ));
+            }
+            Some(ms)
+        }
+    };
     Ok(SpawnSpec {
         argv,
         deadline_ms,
         capture,
         name,
+        inner_alarm_ms,
     })
 }
 

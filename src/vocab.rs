@@ -204,6 +204,8 @@ pub enum RefusalReason {
     BadDeadline,
     BadCapture,
     BadName,
+    /// `inner_alarm_ms` not a positive integer below `deadline_ms`.
+    BadInnerAlarm,
     /// Reply FIFO outside `replies/`, a symlink, not a FIFO, wrong owner or
     /// mode, or nobody reading it.
     BadReply,
@@ -248,6 +250,7 @@ impl RefusalReason {
             RefusalReason::BadDeadline => "bad_deadline",
             RefusalReason::BadCapture => "bad_capture",
             RefusalReason::BadName => "bad_name",
+            RefusalReason::BadInnerAlarm => "bad_inner_alarm",
             RefusalReason::BadReply => "bad_reply",
             RefusalReason::CallerNotAlive => "caller_not_alive",
             RefusalReason::CallerMismatch => "caller_mismatch",

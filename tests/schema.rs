@@ -101,6 +101,7 @@ fn all_refusals() -> Vec<RefusalReason> {
         Framing,
         Truncated,
         NoDescriptors,
+        BadInnerAlarm,
     ];
     for r in &all {
         match r {
@@ -108,7 +109,7 @@ fn all_refusals() -> Vec<RefusalReason> {
             | BadCaller | BadArgv | RelativeArgv0 | BadDeadline | BadCapture | BadName
             | BadReply | CallerNotAlive | CallerMismatch | CallerNotOwned | DuplicateId
             | Aborted | Closed | NotFound | NotExecutable | SpawnFailed | Framing | Truncated
-            | NoDescriptors => {}
+            | NoDescriptors | BadInnerAlarm => {}
         }
     }
     all
@@ -347,6 +348,14 @@ fn every_kind_events() -> Vec<Event> {
             detail: format!("refused: {}", reason.as_str()),
         }));
     }
+    // A job's inner alarm (SPEC 3.3).
+    ev.push(Event::InnerAlarm(InnerAlarm {
+        job: 1,
+        pid: 4130,
+        start_time: 8_412_300,
+        after_ms: 180_000,
+        errno: None,
+    }));
     // A coalesced burst of unanswerable refusals (SPEC 3.10).
     ev.push(Event::RequestsRefused(RequestsRefused {
         count: 7,
@@ -811,6 +820,7 @@ fn spawn_request(name: Option<&str>) -> Request {
         deadline_ms: Some(200_000),
         capture: Some(Capture::Capture),
         name: name.map(String::from),
+        inner_alarm_ms: Some(180_000),
     }
 }
 
@@ -825,6 +835,7 @@ fn plain_request(op: Op) -> Request {
         deadline_ms: None,
         capture: None,
         name: None,
+        inner_alarm_ms: None,
     }
 }
 

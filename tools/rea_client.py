@@ -363,9 +363,11 @@ class Client:
 
     # -- operations --------------------------------------------------------
 
-    def spawn(self, argv, deadline, capture=False, name=None):
+    def spawn(self, argv, deadline, capture=False, name=None, inner_alarm=None):
         """Asks for a job and waits for `accepted`; returns a `Job` to wait on.
-        `deadline` is in seconds. Raises `Refused` (nothing launched)."""
+        `deadline` is in seconds; `inner_alarm` (seconds, below the deadline)
+        is the runtime's own alarm: SIGALRM to the job's leader at that
+        instant, recorded, not a stop. Raises `Refused` (nothing launched)."""
         argv = [os.fspath(a) for a in argv]
         if not argv or not argv[0].startswith("/"):
             exe = shutil.which(argv[0]) if argv else None
@@ -374,7 +376,8 @@ class Client:
             argv[0] = os.path.abspath(exe)
         req = self._request("spawn", name or "job", argv=argv,
                             deadline_ms=_duration_ms(deadline),
-                            capture="capture" if capture else "discard", name=name)
+                            capture="capture" if capture else "discard", name=name,
+                            inner_alarm_ms=None if inner_alarm is None else _duration_ms(inner_alarm))
         chan = self._send(req)
         try:
             first = chan.next(30)
@@ -387,9 +390,9 @@ class Client:
             raise
         return Job(chan, first, req["id"])
 
-    def submit(self, argv, deadline, capture=False, name=None):
+    def submit(self, argv, deadline, capture=False, name=None, inner_alarm=None):
         """Runs a job to its end; returns its `JobResult`."""
-        return self.spawn(argv, deadline, capture, name).wait()
+        return self.spawn(argv, deadline, capture, name, inner_alarm).wait()
 
     def stop(self, wait=8):
         """Stops the action (stop_requested) and waits for the stop to finish.

@@ -7,7 +7,8 @@ if the audit log proves no process of the action is left.
 
 Scenarios (default: success), and the verdict each must reach:
 
-  success          install phase (200 s deadline), rehearsal phase (260 s)
+  success          install phase (200 s deadline, inner alarm 180 s),
+                   rehearsal phase (260 s, inner alarm 240 s)
                    whose program asks for three nested launchers (60 s
                    each); all exit 0; closed with a positive receipt
                    -> delete_allowed, staging deleted
@@ -71,7 +72,11 @@ EXPECTED = {
     "controller-kill": "retain",
     "watchdog-loss": "retain",
 }
-INSTALL_DEADLINE, REHEARSAL_DEADLINE, LAUNCHER_DEADLINE = 200, 260, "60s"
+# The seed's bounds: each phase's deadline and its runtime's own inner
+# alarm (SIGALRM to the phase's leader, recorded, not a stop), launchers 60 s.
+INSTALL_DEADLINE, INSTALL_ALARM = 200, 180
+REHEARSAL_DEADLINE, REHEARSAL_ALARM = 260, 240
+LAUNCHER_DEADLINE = "60s"
 SHORT_DEADLINE = "2s"
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -353,11 +358,12 @@ def describe_verdict(v):
 
 def run_phases(wd, plan, scenario):
     """install, then rehearsal; returns the rehearsal's JobResult."""
-    install = wd.submit(plan.install(), INSTALL_DEADLINE, capture=True, name="install")
+    install = wd.submit(plan.install(), INSTALL_DEADLINE, capture=True, name="install",
+                        inner_alarm=INSTALL_ALARM)
     if not install.ok:
         raise DemoError(f"the install phase failed: {install}")
     return wd.submit(plan.rehearsal(scenario), REHEARSAL_DEADLINE, capture=True,
-                     name="rehearsal")
+                     name="rehearsal", inner_alarm=REHEARSAL_ALARM)
 
 
 def scenario_normal(args, binaries, work, staging, scenario, report, later):
@@ -382,11 +388,12 @@ def scenario_watchdog_loss(args, binaries, work, staging, report, later):
     wd = start_watchdog(args, binaries, work, staging)
     out(f"  watchdog   pid {wd.pid}, run {wd.run_id}")
     report["audit_log"] = wd.audit_log
-    install = wd.submit(plan.install(), INSTALL_DEADLINE, capture=True, name="install")
+    install = wd.submit(plan.install(), INSTALL_DEADLINE, capture=True, name="install",
+                        inner_alarm=INSTALL_ALARM)
     if not install.ok:
         raise DemoError(f"the install phase failed: {install}")
     job = wd.spawn(plan.rehearsal("watchdog-loss"), REHEARSAL_DEADLINE, capture=True,
-                   name="rehearsal")
+                   name="rehearsal", inner_alarm=REHEARSAL_ALARM)
     wait_for_launchers(work, 3)
     wd.kill(signal.SIGKILL)
     out(f"  kill       SIGKILL to the watchdog (pid {wd.pid}) through its pidfd, "

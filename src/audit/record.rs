@@ -226,6 +226,19 @@ pub struct SignalSweep {
     pub others: Vec<Link>,
 }
 
+/// A job's inner alarm went off (SPEC 3.3): SIGALRM to its leader through
+/// the leader's pidfd, `after_ms` after the spawn. The runtime's own alarm,
+/// not a stop trigger; `errno` is set when the signal could not be sent.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct InnerAlarm {
+    pub job: u64,
+    pub pid: i32,
+    pub start_time: u64,
+    pub after_ms: u64,
+    pub errno: Option<i32>,
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct SignalFailed {
@@ -447,6 +460,7 @@ events! {
     StopTriggered(StopTriggered) = "stop_triggered",
     SignalSweep(SignalSweep) = "signal_sweep",
     SignalFailed(SignalFailed) = "signal_failed",
+    InnerAlarm(InnerAlarm) = "inner_alarm",
     Reaped(Reaped) = "reaped",
     MappingUncertain(MappingUncertain) = "mapping_uncertain",
     StopCompleted(StopCompleted) = "stop_completed",

@@ -204,6 +204,13 @@ impl Replay {
                     j.job
                 ))),
             },
+            Event::InnerAlarm(a) => match self.open.get(&a.job) {
+                Some(&(pid, st)) if pid == a.pid && st == a.start_time => {}
+                _ => self.push(mismatch(format!(
+                    "an inner alarm for job {} (pid {}), which was not running",
+                    a.job, a.pid
+                ))),
+            },
             Event::MappingUncertain(_) => self.uncertain += 1,
             Event::StopTriggered(t) => {
                 self.stop_line.get_or_insert(line);

@@ -121,6 +121,13 @@ pub fn summary(ev: &Event) -> String {
             procs(&s.targets)
         ),
         Event::SignalFailed(f) => format!("signal to {} failed: errno {}", f.target.pid, f.errno),
+        Event::InnerAlarm(a) => format!(
+            "inner alarm of job {}: SIGALRM to pid {} after {}ms{}",
+            a.job,
+            a.pid,
+            a.after_ms,
+            a.errno.map(|e| format!(" (failed: errno {e})")).unwrap_or_default()
+        ),
         Event::Reaped(r) => format!(
             "reaped {}",
             r.processes

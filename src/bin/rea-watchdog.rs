@@ -169,6 +169,11 @@ printed here. If this process dies first, the whole action stops
             default_value = "60s"
         )]
         deadline: Duration,
+        /// The job's own inner alarm: SIGALRM to its leader this long after
+        /// it started (below --deadline; recorded; not a stop), as in
+        /// "install 200 s, inner alarm 180 s".
+        #[arg(long, value_name = "DUR", value_parser = parse_positive_duration)]
+        inner_alarm: Option<Duration>,
         /// Return the job's output (up to the cap) and print it here.
         #[arg(long)]
         capture: bool,
@@ -300,6 +305,7 @@ fn dispatch(cmd: Cmd) -> i32 {
             state_dir,
             name,
             deadline,
+            inner_alarm,
             capture,
             mut argv,
         } => {
@@ -319,7 +325,7 @@ fn dispatch(cmd: Cmd) -> i32 {
                 Ok(s) => s,
                 Err(e) => return die(e),
             };
-            match session.submit(argv, deadline, capture, name) {
+            match session.submit(argv, deadline, inner_alarm, capture, name) {
                 Ok(replies) => submit_status(&replies),
                 Err(e) => die(e),
             }

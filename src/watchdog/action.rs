@@ -179,16 +179,16 @@ impl Action {
             Phase::Running { .. } | Phase::Stopped { .. } if children => _ = self.reap(),
             Phase::Running { .. } | Phase::Stopped { .. } => {}
         }
-        let deadline = self.jobs.deadline_passed(now, self.cfg.action_deadline);
-        if let (Phase::Running { .. }, Some(t)) = (&self.phase, deadline) {
+        let (jobs, ledger) = (&mut self.jobs, &mut self.ledger);
+        let late = matches!(self.phase, Phase::Running { .. }).then(|| jobs.on_time(now, ledger));
+        if let Some(t) = late.flatten() {
             self.on(Input::Trigger(t));
         }
         self.ledger.tick(now);
         self.maybe_finish();
     }
 
-    /// Cannot wait for anything any more: stop what can be stopped with a
-    /// blocking procedure and give up.
+    /// Cannot wait any more: stop what can be stopped by blocking, give up.
     fn poll_failed(&mut self, e: io::Error) {
         eprintln!("rea-watchdog: poll failed: {e}");
         let t = Trigger::audit_failure(format!("poll failed: {e}"));

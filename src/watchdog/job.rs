@@ -1,6 +1,8 @@
 //! One job: its leader's pidfd, its caller, its output and its deadline.
 
 use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
@@ -8,6 +10,8 @@ use sha2::{Digest, Sha256};
 use mio::Token;
 
 use super::effect::ReplyTo;
+use super::passthrough::Passthrough;
+use super::sources::Sources;
 use crate::audit::record::{Status, StreamSummary};
 use crate::b64;
 use crate::process::pidfd::VerifiedPidFd;
@@ -58,6 +62,8 @@ pub struct Job {
     pub sid: i32,
     pub started: Instant,
     pub deadline: Option<Instant>,
+    /// The inner alarm's instant, until it has gone off.
+    pub alarm: Option<Instant>,
     /// A caller other than the root, bound while the job runs.
     pub caller: Option<VerifiedPidFd>,
     pub caller_token: Option<Token>,
@@ -112,4 +118,67 @@ impl Job {
             data_b64: (self.capture == Capture::Capture).then(|| b64::encode(&self.out[i].kept)),
         }
     }
+}
+
+/// One read of a job's pipe until it would block.
+pub struct Pumped {
+    pub eof: bool,
+    pub crossed_cap: bool,
+    pub paused: bool,
+}
+
+/// Closes a stream's pipe and takes it out of the loop.
+pub fn close_pipe(out: &mut Output, src: &mut Sources) {
+    if let Some(p) = out.pipe.take() {
+        if let Some(t) = out.token.take() {
+            src.remove(t, p.as_raw_fd());
+        }
+    }
+}
+
+/// Reads a job's pipe until it would block (or, in exec mode, until the
+/// passthrough sink is full and `draining` is false).
+pub fn pump(
+    job: &mut Job,
+    i: usize,
+    mut pass: Option<&mut Passthrough>,
+    src: &mut Sources,
+    draining: bool,
+) -> Pumped {
+    let mut buf = [0u8; 65536];
+    let mut r = Pumped {
+        eof: false,
+        crossed_cap: false,
+        paused: false,
+    };
+    loop {
+        if let Some(p) = &pass {
+            if !draining && p.is_full(i) {
+                r.paused = true;
+                break;
+            }
+        }
+        let Some(pipe) = job.out[i].pipe.as_mut() else {
+            break;
+        };
+        match pipe.read(&mut buf) {
+            Ok(0) => {
+                r.eof = true;
+                break;
+            }
+            Ok(n) => {
+                r.crossed_cap |= job.take(i, &buf[..n]);
+                if let Some(p) = pass.as_mut() {
+                    p.push(src, i, &buf[..n]);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(_) => {
+                r.eof = true;
+                break;
+            }
+        }
+    }
+    r
 }

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,7 @@ use mio::Interest;
 
 use super::config::Config;
 use super::effect::{Effects, ReplyTo};
-use super::job::{Job, Output};
+use super::job::{close_pipe, pump, Job, Output};
 use super::ledger::Ledger;
 use super::passthrough::Passthrough;
 use super::priority::Base;
@@ -27,7 +27,9 @@ use super::spawn::{spawn, Launch};
 use super::start::Started;
 use super::state_dir::StateDir;
 use super::stop::Trigger;
-use crate::audit::record::{Event, JobExited, JobFailed, JobSpawned, OutputCapped, Stream};
+use crate::audit::record::{
+    Event, InnerAlarm, JobExited, JobFailed, JobSpawned, OutputCapped, Stream,
+};
 use crate::clock::millis;
 use crate::process::pidfd::VerifiedPidFd;
 use crate::protocol::{Reply, SpawnSpec, PROTOCOL_VERSION};
@@ -40,6 +42,8 @@ pub struct LaunchRequest {
     pub name: Option<String>,
     /// The job's own deadline from now (capped by the action deadline).
     pub deadline: Option<Duration>,
+    /// The inner alarm, from now (below the deadline).
+    pub inner_alarm: Option<Duration>,
     pub capture: Capture,
     /// A caller other than the root, bound for as long as the job runs.
     pub caller: Option<VerifiedPidFd>,
@@ -56,6 +60,7 @@ impl LaunchRequest {
             argv: argv.to_vec(),
             name: None,
             deadline,
+            inner_alarm: None,
             capture: Capture::Discard,
             caller: None,
             caller_ident: None,
@@ -76,6 +81,7 @@ impl LaunchRequest {
             argv: spec.argv.iter().map(OsString::from).collect(),
             name: spec.name,
             deadline: Some(Duration::from_millis(spec.deadline_ms)),
+            inner_alarm: spec.inner_alarm_ms.map(Duration::from_millis),
             capture: spec.capture,
             caller_ident: caller.as_ref().map(|c| c.ident()).or(root),
             caller,
@@ -92,13 +98,6 @@ pub enum Launched {
     Failed(RefusalReason),
 }
 
-/// One read of a job's pipe until it would block.
-struct Pumped {
-    eof: bool,
-    crossed_cap: bool,
-    paused: bool,
-}
-
 pub struct Jobs {
     running: BTreeMap<u64, Job>,
     next: u64,
@@ -108,6 +107,8 @@ pub struct Jobs {
     priority: Base,
     output_cap: Option<u64>,
     action_deadline: Option<Instant>,
+    /// The action deadline as configured (for the trigger's detail).
+    action_limit: Option<Duration>,
     /// exec mode: the watchdog's own stdout/stderr, where output goes.
     pass: Option<Passthrough>,
     /// How the last job ended, or failed to start: exec's exit status
@@ -137,6 +138,7 @@ impl Jobs {
             priority: started.priority,
             output_cap: cfg.output_cap,
             action_deadline,
+            action_limit: cfg.action_deadline,
             pass,
             last: None,
         })
@@ -163,20 +165,46 @@ impl Jobs {
         self.last
     }
 
-    /// The nearest job or action deadline.
+    /// The nearest job deadline, inner alarm or action deadline.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.running
             .values()
             .filter(|j| j.running())
-            .filter_map(|j| j.deadline)
+            .flat_map(|j| j.deadline.into_iter().chain(j.alarm))
             .chain(self.action_deadline)
             .min()
     }
 
+    /// What the clock does to running jobs at `now`: every inner alarm
+    /// that is due goes off (SIGALRM to the leader through its pidfd, once,
+    /// recorded; the runtime's own alarm, not a stop), and a deadline that
+    /// has passed is returned as the trigger it is.
+    pub fn on_time(&mut self, now: Instant, ledger: &mut Ledger) -> Option<Trigger> {
+        for job in self.running.values_mut().filter(|j| j.running()) {
+            if job.alarm.is_some_and(|a| now >= a) {
+                job.alarm = None;
+                let errno = job
+                    .leader
+                    .signal(nix::sys::signal::Signal::SIGALRM)
+                    .err()
+                    .map(|e| e.raw_os_error().unwrap_or(0));
+                let leader = job.leader.proc();
+                ledger.append(Event::InnerAlarm(InnerAlarm {
+                    job: job.num,
+                    pid: leader.pid,
+                    start_time: leader.start_time,
+                    after_ms: millis(now - job.started),
+                    errno,
+                }));
+            }
+        }
+        self.deadline_passed(now)
+    }
+
     /// The trigger for a deadline that has passed at `now`, if any.
-    pub fn deadline_passed(&self, now: Instant, action: Option<Duration>) -> Option<Trigger> {
+    fn deadline_passed(&self, now: Instant) -> Option<Trigger> {
         if self.action_deadline.is_some_and(|d| now >= d) {
-            let ms = action.map(millis).unwrap_or(0);
+            let ms = self.action_limit.map(millis).unwrap_or(0);
             let detail = format!("action deadline of {ms}ms passed");
             return Some(Trigger::new(StopReason::Deadline, detail));
         }
@@ -284,6 +312,7 @@ impl Jobs {
             sid: sp.sid,
             started: now,
             deadline,
+            alarm: req.inner_alarm.map(|a| now + a),
             caller: req.caller,
             caller_token: None,
             reply: req.reply,
@@ -500,14 +529,6 @@ fn watch(job: &mut Job, src: &mut Sources) -> io::Result<()> {
     first
 }
 
-fn close_pipe(out: &mut Output, src: &mut Sources) {
-    if let Some(p) = out.pipe.take() {
-        if let Some(t) = out.token.take() {
-            src.remove(t, p.as_raw_fd());
-        }
-    }
-}
-
 fn excess_output(num: u64, i: usize, cap: Option<u64>, ledger: &mut Ledger, fx: &mut Effects) {
     let cap = cap.unwrap_or(0);
     let stream = if i == 0 {
@@ -522,53 +543,6 @@ fn excess_output(num: u64, i: usize, cap: Option<u64>, ledger: &mut Ledger, fx: 
     }));
     let detail = format!("job {num} wrote more than {cap} bytes");
     fx.trigger(Trigger::new(StopReason::ExcessOutput, detail).job(num));
-}
-
-/// Reads a job's pipe until it would block (or, in exec mode, until the
-/// passthrough sink is full and `draining` is false).
-fn pump(
-    job: &mut Job,
-    i: usize,
-    mut pass: Option<&mut Passthrough>,
-    src: &mut Sources,
-    draining: bool,
-) -> Pumped {
-    let mut buf = [0u8; 65536];
-    let mut r = Pumped {
-        eof: false,
-        crossed_cap: false,
-        paused: false,
-    };
-    loop {
-        if let Some(p) = &pass {
-            if !draining && p.is_full(i) {
-                r.paused = true;
-                break;
-            }
-        }
-        let Some(pipe) = job.out[i].pipe.as_mut() else {
-            break;
-        };
-        match pipe.read(&mut buf) {
-            Ok(0) => {
-                r.eof = true;
-                break;
-            }
-            Ok(n) => {
-                r.crossed_cap |= job.take(i, &buf[..n]);
-                if let Some(p) = pass.as_mut() {
-                    p.push(src, i, &buf[..n]);
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(_) => {
-                r.eof = true;
-                break;
-            }
-        }
-    }
-    r
 }
 
 /// The job environment (SPEC 3.4): minimal and explicit.
