@@ -217,6 +217,8 @@ mod props {
                             Capture::Discard
                         }),
                         name: if spawn { name } else { None },
+                        // Half the deadline, on every other request.
+                        inner_alarm_ms: (spawn && deadline > 1 && capture).then_some(deadline / 2),
                     }
                 },
             )
@@ -295,6 +297,7 @@ mod props {
             deadline_ms: p.spawn.as_ref().map(|s| s.deadline_ms),
             capture: p.spawn.as_ref().map(|s| s.capture),
             name: p.spawn.as_ref().and_then(|s| s.name.clone()),
+            inner_alarm_ms: p.spawn.as_ref().and_then(|s| s.inner_alarm_ms),
         }
     }
 
