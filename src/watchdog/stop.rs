@@ -63,10 +63,8 @@ const PART: usize = 512;
 /// "Descriptors"). The root's own stop and close need none: it is bound.
 const RESERVE: usize = 16;
 
-/// Descriptors the stopper may still open now: the soft limit, less what
-/// is open and the reserve. 0 when it cannot be told (no descriptor left
-/// even to list them).
-fn spare_descriptors() -> usize {
+/// The soft descriptor limit (`RLIMIT_NOFILE`); 0 if it cannot be read.
+fn soft_limit() -> usize {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -75,12 +73,13 @@ fn spare_descriptors() -> usize {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return 0;
     }
-    let open = match std::fs::read_dir("/proc/self/fd") {
-        Ok(d) => d.count(),
-        Err(_) => return 0,
-    };
-    let soft = usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX);
-    soft.saturating_sub(open + RESERVE)
+    usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
+}
+
+/// Descriptors open in this process now (a `/proc/self/fd` listing);
+/// `None` when it cannot be listed (no descriptor left even for that).
+fn open_descriptors() -> Option<usize> {
+    std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count())
 }
 
 /// A sweep's record part being filled: the targets bound since the last
@@ -237,8 +236,8 @@ pub struct Stopper {
     /// `termed`/`killed`) and the fd closed, and the proof rests on the
     /// scan and ECHILD.
     held: HashMap<Key, VerifiedPidFd>,
-    /// At most this many held (half the descriptors spare at the start).
-    hold_cap: usize,
+    /// The soft descriptor limit, read when the stop began.
+    soft: usize,
 }
 
 impl Stopper {
@@ -262,7 +261,7 @@ impl Stopper {
             uncertain: HashSet::new(),
             retry: HashMap::new(),
             held: HashMap::new(),
-            hold_cap: spare_descriptors() / 2,
+            soft: soft_limit(),
         }
     }
 
@@ -323,7 +322,7 @@ impl Stopper {
             targets: Vec::new(),
             others: Vec::new(),
         };
-        let mut spare = spare_descriptors();
+        let mut spare = self.spare(0);
         for st in scan {
             let key = (st.pid, st.start_time);
             let done = match stage {
@@ -344,7 +343,7 @@ impl Stopper {
                     self.signal_part(host, &mut part);
                 }
                 self.held.clear();
-                spare = spare_descriptors();
+                spare = self.spare(part.targets.len());
             }
             match bind(st, me.uid, parent_ok) {
                 Ok(fd) => {
@@ -423,7 +422,7 @@ impl Stopper {
                 Stage::Kill => self.killed.insert(key),
             };
             // Hold it while descriptors allow (the reserve stays free).
-            if self.held.len() < self.hold_cap {
+            if self.held.len() < self.soft / 2 {
                 self.held.insert(key, t);
             }
         }
@@ -443,6 +442,25 @@ impl Stopper {
             echild,
             scan_empty,
             left,
+        }
+    }
+
+    /// Descriptors the stopper may still open, with `in_part` bound and
+    /// not yet signalled: the soft limit less what is open and the reserve.
+    /// While the stopper's own descriptors are under a quarter of the limit
+    /// nothing is counted (a `/proc/self/fd` listing per sweep would cost a
+    /// fork storm's stop dearly) and a quarter is what it may take; beyond
+    /// that every descriptor is counted. A bind that fails for lack of them
+    /// all the same is retried later.
+    fn spare(&self, in_part: usize) -> usize {
+        let mine = self.held.len() + in_part;
+        let quarter = self.soft / 4;
+        if mine < quarter {
+            return quarter - mine;
+        }
+        match open_descriptors() {
+            Some(open) => self.soft.saturating_sub(open + RESERVE),
+            None => 0,
         }
     }
 
