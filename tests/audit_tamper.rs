@@ -23,7 +23,7 @@ use common::logs::{
     BuiltLog, LogOpts, Verified,
 };
 use rea::audit::chain;
-use rea::audit::record::{Event, RequestReceived, StopReason};
+use rea::audit::record::{Event, InnerAlarm, RequestReceived, StopReason};
 use rea::audit::writer::MAX_LINE;
 use rea::audit::AuditWriter;
 use rea::protocol::Op;
@@ -322,6 +322,33 @@ fn a_record_after_the_receipt_is_tampered() {
     let v = verify(&log.path, &[]);
     v.expect("tampered", 3, &[("record_after_receipt", n(last))]);
     assert_eq!(v.json["sealed"], false);
+}
+
+#[test]
+fn an_inner_alarm_for_a_job_that_never_ran_is_a_replay_mismatch() {
+    let log = build(&LogOpts {
+        while_running: vec![Event::InnerAlarm(InnerAlarm {
+            job: 99,
+            pid: 4242,
+            start_time: 7,
+            after_ms: 180_000,
+            errno: None,
+        })],
+        ..LogOpts::closed("alarm-no-job")
+    });
+    assert!(
+        log.line_of("inner_alarm", 0) > 2,
+        "written inside the action"
+    );
+    let v = verify(&log.path, &[]);
+    assert_eq!((v.status(), v.exit), ("tampered", 3), "{:#}", v.json);
+    let named = v.json["reasons"].as_array().unwrap().iter().any(|r| {
+        r["code"] == "replay_mismatch"
+            && r["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("inner alarm for job 99"))
+    });
+    assert!(named, "{:#}", v.json);
 }
 
 #[test]

@@ -64,6 +64,9 @@ pub struct LogOpts {
     /// Records the writer appends after the receipt (a forger with the
     /// library in hand; the watchdog never does this).
     pub after_receipt: Vec<Event>,
+    /// Records appended once the jobs are spawned, before they end (what a
+    /// forger slips into the middle of an action).
+    pub while_running: Vec<Event>,
 }
 
 impl LogOpts {
@@ -83,6 +86,7 @@ impl LogOpts {
             seal: true,
             tweak_receipt: None,
             after_receipt: Vec::new(),
+            while_running: Vec::new(),
         }
     }
 
@@ -399,6 +403,9 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
         }
     };
 
+    for ev in &opts.while_running {
+        log.rec(ev.clone());
+    }
     match opts.stop {
         None => {
             for job in jobs.iter_mut() {
