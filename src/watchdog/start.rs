@@ -33,8 +33,6 @@ pub struct Started {
     pub nofile: libc::rlimit,
     /// The nice value before it was raised; jobs get it back.
     pub priority: Base,
-    /// False when setsid was impossible (already a process-group leader).
-    pub own_session: bool,
 }
 
 impl Started {
@@ -120,21 +118,18 @@ pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String
     }
     let (root, root_source) = bind_root(choice, uid)?;
 
-    let own_session = if new_session {
+    if new_session {
         match nix::unistd::setsid() {
-            Ok(_) => true,
+            Ok(_) => {}
             Err(nix::errno::Errno::EPERM) => {
                 // A process-group leader (a shell's foreground job): fork,
                 // and the child, no group leader, leaves (`detach.rs`).
                 detach().map_err(|e| format!("detaching from the caller's session: {e}"))?;
                 nix::unistd::setsid().map_err(|e| format!("setsid after detaching: {e}"))?;
-                true
             }
             Err(e) => return Err(format!("setsid: {e}")),
         }
-    } else {
-        false
-    };
+    }
     nix::sys::prctl::set_child_subreaper(true)
         .map_err(|e| format!("PR_SET_CHILD_SUBREAPER: {e}"))?;
 
@@ -177,6 +172,5 @@ pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String
         signals,
         nofile,
         priority,
-        own_session,
     })
 }
