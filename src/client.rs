@@ -26,6 +26,7 @@ use crate::process::pidfd::{bind_ident, VerifiedPidFd};
 use crate::protocol::{
     frame, Caller, Reply, Request, MAX_REQUEST, PROTOCOL_VERSION, READY, REPLIES, REQUESTS,
 };
+use crate::vocab::StopSignal;
 
 /// The ready line (`ready.json` and the first line on `run`'s stdout).
 #[derive(Deserialize, serde::Serialize, Clone, Debug, PartialEq, Eq)]
@@ -74,6 +75,21 @@ impl Drop for ReplyFifo {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(self.dir.join(REPLIES).join(&self.name));
     }
+}
+
+/// One job to spawn through [`Session::submit`].
+pub struct Submit {
+    /// The program (an absolute path) and its arguments.
+    pub argv: Vec<String>,
+    pub deadline: Duration,
+    /// SIGALRM to the job's leader at that instant (below the deadline;
+    /// the runtime's own alarm, not a stop).
+    pub inner_alarm: Option<Duration>,
+    /// What the leader is asked to stop with when the action stops
+    /// (`None`: the watchdog's default, TERM).
+    pub stop_signal: Option<StopSignal>,
+    pub capture: bool,
+    pub name: Option<String>,
 }
 
 impl Session {
@@ -324,30 +340,25 @@ impl Session {
             capture: None,
             name: None,
             inner_alarm_ms: None,
+            stop_signal: None,
         })
     }
 
     /// Spawn: returns every reply in order (accepted/refused, then the
-    /// result). `inner_alarm`: SIGALRM to the job's leader at that instant
-    /// (below the deadline; the runtime's own alarm, not a stop).
-    pub fn submit(
-        &self,
-        argv: Vec<String>,
-        deadline: Duration,
-        inner_alarm: Option<Duration>,
-        capture: bool,
-        name: Option<String>,
-    ) -> Result<Vec<Reply>, ClientError> {
-        let mut req = self.request(crate::protocol::Op::Spawn, name.as_deref().unwrap_or("job"))?;
-        req.argv = Some(argv);
-        req.deadline_ms = Some(deadline.as_millis().max(1) as u64);
-        req.inner_alarm_ms = inner_alarm.map(|a| a.as_millis().max(1) as u64);
-        req.capture = Some(if capture {
+    /// result).
+    pub fn submit(&self, job: Submit) -> Result<Vec<Reply>, ClientError> {
+        let tag = job.name.as_deref().unwrap_or("job");
+        let mut req = self.request(crate::protocol::Op::Spawn, tag)?;
+        req.argv = Some(job.argv);
+        req.deadline_ms = Some(job.deadline.as_millis().max(1) as u64);
+        req.inner_alarm_ms = job.inner_alarm.map(|a| a.as_millis().max(1) as u64);
+        req.stop_signal = job.stop_signal;
+        req.capture = Some(if job.capture {
             crate::protocol::Capture::Capture
         } else {
             crate::protocol::Capture::Discard
         });
-        req.name = name;
+        req.name = job.name;
         let mut fifo = self.send(&req)?;
         let first = self.next(&mut fifo, Some(Duration::from_secs(30)))?;
         if !matches!(first, Reply::Accepted { .. }) {

@@ -13,7 +13,9 @@ use serde::de::Error as _;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::vocab::{bounded, is_reply_name, is_token, Ident, Outcome, Status, StopReason};
+use crate::vocab::{
+    bounded, is_reply_name, is_token, Ident, Outcome, Status, StopReason, StopSignal,
+};
 /// The request vocabulary (defined in [`crate::vocab`]).
 pub use crate::vocab::{Capture, Op, RefusalReason};
 
@@ -81,6 +83,8 @@ pub struct Request {
     pub name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inner_alarm_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_signal: Option<StopSignal>,
 }
 
 /// What a spawn request asks for, once every field has been checked.
@@ -93,6 +97,9 @@ pub struct SpawnSpec {
     /// The runtime's own alarm (SPEC 3.3): SIGALRM to the leader this many
     /// ms after spawn, through its pidfd; below `deadline_ms`; not a stop.
     pub inner_alarm_ms: Option<u64>,
+    /// What the leader is asked to stop with (SPEC 3.5 step 3); TERM when
+    /// the request did not say.
+    pub stop_signal: StopSignal,
 }
 
 /// A request whose every field has been parsed and checked for shape.
@@ -150,6 +157,8 @@ struct Wire<'a> {
     name: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
     inner_alarm_ms: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    stop_signal: Option<&'a RawValue>,
 }
 
 /// An optional field that is present, even as `null`: an explicit `null`
@@ -297,12 +306,13 @@ pub fn parse_request(line: &[u8]) -> Result<ParsedRequest, Refusal> {
             if wire.argv.is_some()
                 || wire.deadline_ms.is_some()
                 || wire.inner_alarm_ms.is_some()
+                || wire.stop_signal.is_some()
                 || wire.capture.is_some()
                 || wire.name.is_some()
             {
                 return Err(addressed(Refusal::new(
                     RefusalReason::Malformed,
-                    "argv, deadline_ms, capture, name and inner_alarm_ms belong to spawn only",
+                    "argv, deadline_ms, capture, name, inner_alarm_ms and stop_signal belong to spawn only",
                 )));
             }
             None
@@ -385,12 +395,22 @@ fn parse_spawn(wire: &Wire) -> Result<SpawnSpec, Refusal> {
             Some(ms)
         }
     };
+    let stop_signal = match wire.stop_signal {
+        None => StopSignal::default(),
+        Some(raw) => field(raw, RefusalReason::BadStopSignal, "stop_signal").map_err(|r| {
+            Refusal::new(
+                r.reason,
+                format!("stop_signal must be one of {}", StopSignal::NAMES),
+            )
+        })?,
+    };
     Ok(SpawnSpec {
         argv,
         deadline_ms,
         capture,
         name,
         inner_alarm_ms,
+        stop_signal,
     })
 }
 

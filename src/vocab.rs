@@ -122,12 +122,16 @@ pub enum Outcome {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
+    /// Ask first (SPEC 3.5 step 3): only running jobs' leaders, each with
+    /// its own stop signal (and SIGCONT), so the runtime can shut its own
+    /// tree down.
+    Ask,
     Term,
     Kill,
 }
 
 /// The signals a sweep sends, spelled as people read them.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Sig {
     #[serde(rename = "SIGTERM")]
     Term,
@@ -135,6 +139,16 @@ pub enum Sig {
     Cont,
     #[serde(rename = "SIGKILL")]
     Kill,
+    #[serde(rename = "SIGINT")]
+    Int,
+    #[serde(rename = "SIGHUP")]
+    Hup,
+    #[serde(rename = "SIGQUIT")]
+    Quit,
+    #[serde(rename = "SIGUSR1")]
+    Usr1,
+    #[serde(rename = "SIGUSR2")]
+    Usr2,
 }
 
 impl Sig {
@@ -143,7 +157,75 @@ impl Sig {
             Sig::Term => libc::SIGTERM,
             Sig::Cont => libc::SIGCONT,
             Sig::Kill => libc::SIGKILL,
+            Sig::Int => libc::SIGINT,
+            Sig::Hup => libc::SIGHUP,
+            Sig::Quit => libc::SIGQUIT,
+            Sig::Usr1 => libc::SIGUSR1,
+            Sig::Usr2 => libc::SIGUSR2,
         }
+    }
+
+    /// The name people read: `SIGTERM`, `SIGUSR1`, ...
+    pub fn name(self) -> &'static str {
+        match self {
+            Sig::Term => "SIGTERM",
+            Sig::Cont => "SIGCONT",
+            Sig::Kill => "SIGKILL",
+            Sig::Int => "SIGINT",
+            Sig::Hup => "SIGHUP",
+            Sig::Quit => "SIGQUIT",
+            Sig::Usr1 => "SIGUSR1",
+            Sig::Usr2 => "SIGUSR2",
+        }
+    }
+}
+
+/// What a job's leader is asked to stop with (SPEC 3.3 `stop_signal`,
+/// 3.5 step 3), spelled as in requests: `TERM` (the default), `INT`,
+/// `HUP`, `QUIT`, `USR1`, `USR2`. Never KILL or STOP: asking is a
+/// request the runtime can act on.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum StopSignal {
+    #[default]
+    Term,
+    Int,
+    Hup,
+    Quit,
+    Usr1,
+    Usr2,
+}
+
+impl StopSignal {
+    /// Every spelling a request may use, for messages and `--help`.
+    pub const NAMES: &'static str = "TERM, INT, HUP, QUIT, USR1, USR2";
+
+    /// The signal as a sweep record spells it.
+    pub fn sig(self) -> Sig {
+        match self {
+            StopSignal::Term => Sig::Term,
+            StopSignal::Int => Sig::Int,
+            StopSignal::Hup => Sig::Hup,
+            StopSignal::Quit => Sig::Quit,
+            StopSignal::Usr1 => Sig::Usr1,
+            StopSignal::Usr2 => Sig::Usr2,
+        }
+    }
+
+    /// Parses a request's or a command line's spelling (`TERM`, also
+    /// `SIGTERM`, any case); `None` for anything else.
+    pub fn parse(s: &str) -> Option<StopSignal> {
+        let up = s.to_ascii_uppercase();
+        let name = up.strip_prefix("SIG").unwrap_or(&up);
+        Some(match name {
+            "TERM" => StopSignal::Term,
+            "INT" => StopSignal::Int,
+            "HUP" => StopSignal::Hup,
+            "QUIT" => StopSignal::Quit,
+            "USR1" => StopSignal::Usr1,
+            "USR2" => StopSignal::Usr2,
+            _ => return None,
+        })
     }
 }
 
@@ -206,6 +288,8 @@ pub enum RefusalReason {
     BadName,
     /// `inner_alarm_ms` not a positive integer below `deadline_ms`.
     BadInnerAlarm,
+    /// `stop_signal` not one of TERM, INT, HUP, QUIT, USR1, USR2.
+    BadStopSignal,
     /// Reply FIFO outside `replies/`, a symlink, not a FIFO, wrong owner or
     /// mode, or nobody reading it.
     BadReply,
@@ -251,6 +335,7 @@ impl RefusalReason {
             RefusalReason::BadCapture => "bad_capture",
             RefusalReason::BadName => "bad_name",
             RefusalReason::BadInnerAlarm => "bad_inner_alarm",
+            RefusalReason::BadStopSignal => "bad_stop_signal",
             RefusalReason::BadReply => "bad_reply",
             RefusalReason::CallerNotAlive => "caller_not_alive",
             RefusalReason::CallerMismatch => "caller_mismatch",

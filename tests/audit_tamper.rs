@@ -351,6 +351,35 @@ fn an_inner_alarm_for_a_job_that_never_ran_is_a_replay_mismatch() {
     assert!(named, "{:#}", v.json);
 }
 
+/// The ask step's replay rules (SPEC 3.5 step 3): an ask goes only to a
+/// running job's leader, with its recorded stop signal, and no TERM or
+/// KILL sweep comes while asking. A TERM sweep re-labelled `ask` (and
+/// re-chained, so the chain alone passes) breaks both.
+#[test]
+fn a_term_sweep_relabelled_as_an_ask_is_a_replay_mismatch() {
+    let run = "ask-forged";
+    let log = build(&LogOpts::stopped(run, StopReason::StopRequested));
+    let mut lines = log.lines();
+    let k = log.line_of("signal_sweep", 0);
+    lines[k - 1] = replace_once(&lines[k - 1], "\"stage\":\"term\"", b"\"stage\":\"ask\"");
+    rechain(&mut lines, run, k);
+    write_lines(&log.path, &lines);
+    let v = verify(&log.path, &[]);
+    assert_eq!((v.status(), v.exit), ("tampered", 3), "{:#}", v.json);
+    let said = |needle: &str| {
+        v.json["reasons"].as_array().unwrap().iter().any(|r| {
+            r["code"] == "replay_mismatch"
+                && r["detail"].as_str().is_some_and(|d| d.contains(needle))
+        })
+    };
+    assert!(
+        said("not a running job's leader and its stop signal"),
+        "{:#}",
+        v.json
+    );
+    assert!(said("during the ask step"), "{:#}", v.json);
+}
+
 #[test]
 fn truncation_mid_line_is_a_torn_line() {
     let log = base("torn-mid");
@@ -638,8 +667,8 @@ fn other_unreadable_lines() {
         ("\"seq\":3,", b"\"seq\":\"3\",", "bad_field"),
         ("Z\",\"mono_ns\"", b"+00:00\",\"mono_ns\"", "bad_timestamp"),
         (
-            "\"capture\":\"capture\"}}",
-            b"\"capture\":\"capture\"}",
+            "\"stop_signal\":\"SIGUSR1\"}}",
+            b"\"stop_signal\":\"SIGUSR1\"}",
             "malformed_json",
         ),
     ];

@@ -162,6 +162,7 @@ mod props {
     use proptest::prelude::*;
     use proptest::test_runner::Config;
     use rea::protocol::{parse_request, Caller, Capture, Op, ParsedRequest, Request, MAX_REQUEST};
+    use rea::vocab::StopSignal;
     use serde_json::Value;
 
     fn config() -> Config {
@@ -219,6 +220,8 @@ mod props {
                         name: if spawn { name } else { None },
                         // Half the deadline, on every other request.
                         inner_alarm_ms: (spawn && deadline > 1 && capture).then_some(deadline / 2),
+                        // A stop signal on every other request, the default otherwise.
+                        stop_signal: (spawn && !capture).then_some(StopSignal::Usr1),
                     }
                 },
             )
@@ -298,6 +301,12 @@ mod props {
             capture: p.spawn.as_ref().map(|s| s.capture),
             name: p.spawn.as_ref().and_then(|s| s.name.clone()),
             inner_alarm_ms: p.spawn.as_ref().and_then(|s| s.inner_alarm_ms),
+            // TERM is the default: the generator leaves it out, as clients do.
+            stop_signal: p
+                .spawn
+                .as_ref()
+                .map(|s| s.stop_signal)
+                .filter(|s| *s != StopSignal::Term),
         }
     }
 

@@ -22,6 +22,7 @@ use rea::audit::{AuditWriter, Event};
 use rea::protocol::{
     parse_request, Caller, Capture, Op, RefusalReason, Reply, Request, StreamReply,
 };
+use rea::vocab::StopSignal;
 
 // ------------------------------------------------------------------ helpers
 
@@ -102,6 +103,7 @@ fn all_refusals() -> Vec<RefusalReason> {
         Truncated,
         NoDescriptors,
         BadInnerAlarm,
+        BadStopSignal,
     ];
     for r in &all {
         match r {
@@ -109,7 +111,7 @@ fn all_refusals() -> Vec<RefusalReason> {
             | BadCaller | BadArgv | RelativeArgv0 | BadDeadline | BadCapture | BadName
             | BadReply | CallerNotAlive | CallerMismatch | CallerNotOwned | DuplicateId
             | Aborted | Closed | NotFound | NotExecutable | SpawnFailed | Framing | Truncated
-            | NoDescriptors | BadInnerAlarm => {}
+            | NoDescriptors | BadInnerAlarm | BadStopSignal => {}
         }
     }
     all
@@ -329,6 +331,7 @@ fn every_kind_events() -> Vec<Event> {
             caller: Some(ROOT),
             deadline_ms: Some(200_000),
             capture: Capture::Capture,
+            stop_signal: Sig::Usr1,
         }),
         Event::RequestReceived(RequestReceived {
             id: None,
@@ -408,6 +411,7 @@ fn every_kind_events() -> Vec<Event> {
             caller: None,
             deadline_ms: None,
             capture: Capture::Discard,
+            stop_signal: Sig::Term,
         }),
         Event::OutputCapped(OutputCapped {
             job: 1,
@@ -434,9 +438,35 @@ fn every_kind_events() -> Vec<Event> {
             ][i % 4],
         }));
     }
+    // The ask step (SPEC 3.5 step 3): every signal a leader may be asked with.
+    let asked = [
+        Sig::Usr1,
+        Sig::Usr2,
+        Sig::Int,
+        Sig::Hup,
+        Sig::Quit,
+        Sig::Term,
+    ];
+    for (i, sig) in asked.into_iter().enumerate() {
+        ev.push(Event::SignalSweep(SignalSweep {
+            sweep: 1,
+            part: i as u32,
+            stage: Stage::Ask,
+            signals: vec![sig, Sig::Cont],
+            targets: vec![proc_(4130, WD.pid, "python3")],
+            others: vec![],
+        }));
+    }
+    for reason in [AskEnd::HalfGrace, AskEnd::LeadersExited] {
+        ev.push(Event::AskEnded(AskEnded {
+            reason,
+            after_ms: 250,
+            leaders_left: 1,
+        }));
+    }
     ev.extend([
         Event::SignalSweep(SignalSweep {
-            sweep: 1,
+            sweep: 2,
             part: 0,
             stage: Stage::Term,
             signals: vec![Sig::Term, Sig::Cont],
@@ -501,7 +531,7 @@ fn every_kind_events() -> Vec<Event> {
     }
     ev.extend([
         Event::SignalSweep(SignalSweep {
-            sweep: 2,
+            sweep: 3,
             part: 0,
             stage: Stage::Kill,
             signals: vec![Sig::Kill],
@@ -821,6 +851,7 @@ fn spawn_request(name: Option<&str>) -> Request {
         capture: Some(Capture::Capture),
         name: name.map(String::from),
         inner_alarm_ms: Some(180_000),
+        stop_signal: Some(StopSignal::Usr1),
     }
 }
 
@@ -836,6 +867,7 @@ fn plain_request(op: Op) -> Request {
         capture: None,
         name: None,
         inner_alarm_ms: None,
+        stop_signal: None,
     }
 }
 

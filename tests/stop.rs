@@ -501,7 +501,7 @@ fn a_term_stage_that_overran_still_gets_a_kill_sweep() {
     let t0 = Instant::now();
     let grace = Duration::from_millis(500);
     let bound = Duration::from_secs(3);
-    let mut stopper = Stopper::new(StopReason::StopRequested, t0, grace, bound);
+    let mut stopper = Stopper::new(StopReason::StopRequested, t0, grace, bound, Vec::new());
     assert!(matches!(stopper.step(&mut host, t0), Step::Wait(_)));
     let term = sweeps_of(&host.events, Stage::Term);
     assert_eq!(term.len(), 1);

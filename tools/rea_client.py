@@ -151,6 +151,23 @@ def _duration_ms(seconds):
     return ms
 
 
+STOP_SIGNALS = ("TERM", "INT", "HUP", "QUIT", "USR1", "USR2")
+
+
+def _stop_signal(sig):
+    """ "USR1", "SIGUSR1", "usr1" or signal.SIGUSR1 -> "USR1"; else ValueError."""
+    if isinstance(sig, int):
+        try:
+            sig = signal.Signals(sig).name
+        except ValueError:
+            raise ValueError(f"stop_signal {sig!r} is not a signal") from None
+    name = str(sig).upper()
+    name = name[3:] if name.startswith("SIG") else name
+    if name not in STOP_SIGNALS:
+        raise ValueError(f"stop_signal {sig!r} is not one of {', '.join(STOP_SIGNALS)}")
+    return name
+
+
 # ----- results ------------------------------------------------------------
 
 class JobResult:
@@ -363,11 +380,18 @@ class Client:
 
     # -- operations --------------------------------------------------------
 
-    def spawn(self, argv, deadline, capture=False, name=None, inner_alarm=None):
+    def spawn(self, argv, deadline, capture=False, name=None, inner_alarm=None,
+              stop_signal=None):
         """Asks for a job and waits for `accepted`; returns a `Job` to wait on.
         `deadline` is in seconds; `inner_alarm` (seconds, below the deadline)
         is the runtime's own alarm: SIGALRM to the job's leader at that
-        instant, recorded, not a stop. Raises `Refused` (nothing launched)."""
+        instant, recorded, not a stop. `stop_signal` ("TERM", the default,
+        "INT", "HUP", "QUIT", "USR1", "USR2") is what the leader is asked to
+        stop with when the action stops: it alone is asked first, and the
+        rest of its tree gets SIGTERM once it has exited or half the TERM
+        grace has passed. Raises `Refused` (nothing launched)."""
+        if stop_signal is not None:
+            stop_signal = _stop_signal(stop_signal)
         argv = [os.fspath(a) for a in argv]
         if not argv or not argv[0].startswith("/"):
             exe = shutil.which(argv[0]) if argv else None
@@ -377,7 +401,8 @@ class Client:
         req = self._request("spawn", name or "job", argv=argv,
                             deadline_ms=_duration_ms(deadline),
                             capture="capture" if capture else "discard", name=name,
-                            inner_alarm_ms=None if inner_alarm is None else _duration_ms(inner_alarm))
+                            inner_alarm_ms=None if inner_alarm is None else _duration_ms(inner_alarm),
+                            stop_signal=stop_signal)
         chan = self._send(req)
         try:
             first = chan.next(30)
@@ -390,9 +415,10 @@ class Client:
             raise
         return Job(chan, first, req["id"])
 
-    def submit(self, argv, deadline, capture=False, name=None, inner_alarm=None):
+    def submit(self, argv, deadline, capture=False, name=None, inner_alarm=None,
+               stop_signal=None):
         """Runs a job to its end; returns its `JobResult`."""
-        return self.spawn(argv, deadline, capture, name, inner_alarm).wait()
+        return self.spawn(argv, deadline, capture, name, inner_alarm, stop_signal).wait()
 
     def stop(self, wait=8):
         """Stops the action (stop_requested) and waits for the stop to finish.
@@ -697,3 +723,54 @@ def verify(binary, audit_log, expect_head=None, expect_run=None, staging=None):
                        f"{out.stderr.decode(errors='replace').strip()}") from None
     v.exit_code = out.returncode
     return v
+
+
+def may_delete(receipt, verdict):
+    """The controller's deletion rule (SPEC 7, first row): the watchdog's
+    own waited exit status is 0 *and* `verify` says delete_allowed. Either
+    alone is not enough: a verdict read from a log says nothing about a
+    watchdog that is still running or died after sealing, and an exit
+    status says nothing about the stage the controller is about to delete."""
+    return (receipt is not None and receipt.exit_code == 0 and verdict is not None
+            and verdict.delete_allowed)
+
+
+class Reconciled(dict):
+    """`rea-audit reconcile --json`'s report, plus `exit_code` (0
+    delete_allowed, 5 running, 6 review, 4 error)."""
+
+    @property
+    def outcome(self):
+        return self.get("outcome")
+
+    @property
+    def codes(self):
+        return [r["code"] for r in self.get("reasons", [])]
+
+    def alive(self):
+        """The processes the log names that are alive now."""
+        return [p for p in self.get("processes", [])
+                if p.get("liveness", {}).get("state") == "alive"]
+
+
+def reconcile(binary, audit_log, staging=None, state_dir=None):
+    """Runs `rea-audit reconcile --json` (read-only: it never signals,
+    deletes or writes); returns a `Reconciled`."""
+    binary = binary or os.environ.get("REA_AUDIT") or shutil.which("rea-audit")
+    if not binary:
+        raise ReaError("rea-audit not found (pass binary= or set REA_AUDIT)")
+    cmd = [binary, "reconcile", os.fspath(audit_log), "--json"]
+    if staging is not None:
+        cmd += ["--staging", os.fspath(staging)]
+    if state_dir is not None:
+        cmd += ["--state-dir", os.fspath(state_dir)]
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL, timeout=120)
+    try:
+        r = Reconciled(json.loads(out.stdout))
+    except ValueError:
+        raise ReaError(f"rea-audit reconcile printed no report (exit {out.returncode}): "
+                       f"{out.stderr.decode(errors='replace').strip()}") from None
+    r.exit_code = out.returncode
+    return r
+

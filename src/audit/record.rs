@@ -141,6 +141,9 @@ pub struct JobSpawned {
     pub caller: Option<Ident>,
     pub deadline_ms: Option<u64>,
     pub capture: Capture,
+    /// What the leader is asked to stop with when the action stops (the
+    /// ask step, SPEC 3.5 step 3).
+    pub stop_signal: Sig,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -224,6 +227,27 @@ pub struct SignalSweep {
     pub signals: Vec<Sig>,
     pub targets: Vec<Proc>,
     pub others: Vec<Link>,
+}
+
+/// Why the ask step ended (SPEC 3.5 step 3).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum AskEnd {
+    /// Every leader asked has exited: TERM goes to whatever is left.
+    LeadersExited,
+    /// Half the TERM grace passed with a leader still alive.
+    HalfGrace,
+}
+
+/// The ask step ended: from here TERM goes to every descendant still
+/// alive. `after_ms` is since the stop began; `leaders_left` how many of
+/// the leaders asked were still alive.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AskEnded {
+    pub reason: AskEnd,
+    pub after_ms: u64,
+    pub leaders_left: u64,
 }
 
 /// A job's inner alarm went off (SPEC 3.3): SIGALRM to its leader through
@@ -460,6 +484,7 @@ events! {
     StopTriggered(StopTriggered) = "stop_triggered",
     SignalSweep(SignalSweep) = "signal_sweep",
     SignalFailed(SignalFailed) = "signal_failed",
+    AskEnded(AskEnded) = "ask_ended",
     InnerAlarm(InnerAlarm) = "inner_alarm",
     Reaped(Reaped) = "reaped",
     MappingUncertain(MappingUncertain) = "mapping_uncertain",

@@ -17,8 +17,8 @@
 use std::collections::HashMap;
 
 use super::record::{
-    Counts, Event, Ident, Outcome, Receipt, RunStarted, SignalSweep, StagingInventoried,
-    StopCompleted, StopReason,
+    Counts, Event, Ident, Outcome, Receipt, RunStarted, Sig, SignalSweep, Stage,
+    StagingInventoried, StopCompleted, StopReason,
 };
 use super::verdict::{Code, Reason};
 
@@ -95,6 +95,17 @@ struct Sweep {
     parents: PidSet,
 }
 
+/// The ask step as the records tell it: asks come first, `ask_ended` once,
+/// and TERM or KILL sweeps only after it.
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+enum AskSeen {
+    #[default]
+    Before,
+    Asking,
+    /// `ask_ended` recorded, or a TERM/KILL sweep (no ask after either).
+    Over,
+}
+
 #[derive(Default)]
 pub struct Replay {
     /// The first record, if it is `run_started`.
@@ -105,8 +116,11 @@ pub struct Replay {
     /// Recounted from the records by the one count rule ([`Counts::add`]).
     counts: Counts,
     uncertain: u64,
-    /// Jobs spawned and not yet exited (job numbers only grow).
-    open: HashMap<u64, (i32, u64)>,
+    /// Jobs spawned and not yet exited (job numbers only grow): leader pid,
+    /// start time, stop signal.
+    open: HashMap<u64, (i32, u64, Sig)>,
+    /// Where the stop's ask step is (SPEC 3.5 step 3).
+    ask: AskSeen,
     last_job: Option<u64>,
     first_stop: Option<StopReason>,
     /// Line of the first stop_triggered or stop_completed record.
@@ -169,7 +183,8 @@ impl Replay {
                     )));
                 }
                 self.last_job = Some(j.job);
-                self.open.insert(j.job, (j.pid, j.start_time));
+                self.open
+                    .insert(j.job, (j.pid, j.start_time, j.stop_signal));
                 if let Some(w) = wd {
                     if j.ppid != w.pid {
                         self.push(mismatch(format!(
@@ -194,7 +209,7 @@ impl Replay {
                 }
             }
             Event::JobExited(j) => match self.open.remove(&j.job) {
-                Some((pid, st)) if pid == j.pid && st == j.start_time => {}
+                Some((pid, st, _)) if pid == j.pid && st == j.start_time => {}
                 Some(_) => self.push(mismatch(format!(
                     "job {} exited but was never spawned as pid {}",
                     j.job, j.pid
@@ -205,7 +220,7 @@ impl Replay {
                 ))),
             },
             Event::InnerAlarm(a) => match self.open.get(&a.job) {
-                Some(&(pid, st)) if pid == a.pid && st == a.start_time => {}
+                Some(&(pid, st, _)) if pid == a.pid && st == a.start_time => {}
                 _ => self.push(mismatch(format!(
                     "an inner alarm for job {} (pid {}), which was not running",
                     a.job, a.pid
@@ -223,7 +238,19 @@ impl Replay {
                     self.first_stop.get_or_insert(t.reason);
                 }
             }
-            Event::SignalSweep(s) => self.sweep_part(s, line),
+            Event::SignalSweep(s) => {
+                self.ask_order(&s);
+                self.sweep_part(s, line)
+            }
+            Event::AskEnded(_) => {
+                if self.ask == AskSeen::Over || !self.triggered {
+                    self.push(mismatch(
+                        "ask_ended with no stop before it, twice, or after a TERM/KILL sweep"
+                            .into(),
+                    ));
+                }
+                self.ask = AskSeen::Over;
+            }
             Event::TempRootRemoved(t) => self.temp_removed = Some(t.removed),
             Event::StopCompleted(c) => {
                 self.stop_line.get_or_insert(line);
@@ -231,6 +258,40 @@ impl Replay {
             }
             Event::StagingInventoried(s) => self.last_staging = Some(s),
             _ => {}
+        }
+    }
+
+    /// The ask step's rules: an ask sweep targets only running jobs'
+    /// leaders, each with its own stop signal then SIGCONT, and comes
+    /// before `ask_ended`; a TERM or KILL sweep never comes while asking.
+    fn ask_order(&mut self, s: &SignalSweep) {
+        match (s.stage, self.ask) {
+            (Stage::Ask, AskSeen::Over) => self.push(mismatch(format!(
+                "sweep {} asks after the ask step ended",
+                s.sweep
+            ))),
+            (Stage::Ask, _) => self.ask = AskSeen::Asking,
+            (Stage::Term | Stage::Kill, AskSeen::Asking) => self.push(mismatch(format!(
+                "sweep {} sends {:?} during the ask step (no ask_ended before it)",
+                s.sweep, s.stage
+            ))),
+            (Stage::Term | Stage::Kill, _) => self.ask = AskSeen::Over,
+        }
+        if s.stage != Stage::Ask {
+            return;
+        }
+        for t in &s.targets {
+            let leader = self
+                .open
+                .values()
+                .find(|&&(pid, st, _)| pid == t.pid && st == t.start_time);
+            let ok = leader.is_some_and(|&(_, _, sig)| s.signals == [sig, Sig::Cont]);
+            if !ok {
+                self.push(mismatch(format!(
+                    "sweep {} asks pid {} with {:?}: not a running job's leader and its stop signal",
+                    s.sweep, t.pid, s.signals
+                )));
+            }
         }
     }
 

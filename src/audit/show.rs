@@ -8,7 +8,7 @@ use std::io::{self, Write};
 
 use super::people;
 use super::reader::{parse_line, read_lines, Piece};
-use super::record::{Event, Proc, Status, TempEntry};
+use super::record::{AskEnd, Event, Proc, Status, TempEntry};
 use super::writer::MAX_LINE;
 
 /// Sockets, FIFOs, devices: named, since a runtime may still hold them.
@@ -116,9 +116,18 @@ pub fn summary(ev: &Event) -> String {
             "sweep {} {:?}: {} to {} process(es) {}",
             s.sweep,
             s.stage,
-            s.signals.iter().map(|g| format!("{g:?}").to_uppercase()).collect::<Vec<_>>().join("+"),
+            s.signals.iter().map(|g| g.name()).collect::<Vec<_>>().join("+"),
             s.targets.len(),
             procs(&s.targets)
+        ),
+        Event::AskEnded(a) => format!(
+            "ask step ended after {}ms ({}; {} leader(s) still alive): TERM to the rest",
+            a.after_ms,
+            match a.reason {
+                AskEnd::LeadersExited => "every leader asked has exited",
+                AskEnd::HalfGrace => "half the TERM grace passed",
+            },
+            a.leaders_left
         ),
         Event::SignalFailed(f) => format!("signal to {} failed: errno {}", f.target.pid, f.errno),
         Event::InnerAlarm(a) => format!(

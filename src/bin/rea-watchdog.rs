@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use rea::audit::record::Mode;
-use rea::client::{resolve_program, ClientError, Session};
+use rea::client::{resolve_program, ClientError, Session, Submit};
 use rea::protocol::{RefusalReason, Reply};
 use rea::units::{parse_bytes, parse_duration, parse_positive_duration};
-use rea::vocab::is_token;
+use rea::vocab::{is_token, StopSignal};
 use rea::watchdog::config::{new_run_id, Config};
 use rea::watchdog::modes::{
     self, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_OWN_FAILURE, EXIT_STOPPED,
@@ -174,6 +174,12 @@ printed here. If this process dies first, the whole action stops
         /// "install 200 s, inner alarm 180 s".
         #[arg(long, value_name = "DUR", value_parser = parse_positive_duration)]
         inner_alarm: Option<Duration>,
+        /// What the job's leader is asked to stop with when the action
+        /// stops (TERM, INT, HUP, QUIT, USR1 or USR2; default TERM). The
+        /// leader is asked first and alone; the rest of its tree gets
+        /// SIGTERM only when it has exited or half the TERM grace passed.
+        #[arg(long, value_name = "SIG", value_parser = parse_stop_signal)]
+        stop_signal: Option<StopSignal>,
         /// Return the job's output (up to the cap) and print it here.
         #[arg(long)]
         capture: bool,
@@ -236,6 +242,11 @@ fn config(mode: Mode, run_id: Option<String>, b: Bounds) -> Result<Config, Strin
         output_cap: None,
         pass_env: b.pass_env,
     })
+}
+
+/// `--stop-signal`: TERM, INT, HUP, QUIT, USR1, USR2 (also SIGTERM, any case).
+fn parse_stop_signal(s: &str) -> Result<StopSignal, String> {
+    StopSignal::parse(s).ok_or_else(|| format!("{s:?} is not one of {}", StopSignal::NAMES))
 }
 
 fn die(msg: impl std::fmt::Display) -> i32 {
@@ -306,6 +317,7 @@ fn dispatch(cmd: Cmd) -> i32 {
             name,
             deadline,
             inner_alarm,
+            stop_signal,
             capture,
             mut argv,
         } => {
@@ -325,7 +337,15 @@ fn dispatch(cmd: Cmd) -> i32 {
                 Ok(s) => s,
                 Err(e) => return die(e),
             };
-            match session.submit(argv, deadline, inner_alarm, capture, name) {
+            let job = Submit {
+                argv,
+                deadline,
+                inner_alarm,
+                stop_signal,
+                capture,
+                name,
+            };
+            match session.submit(job) {
                 Ok(replies) => submit_status(&replies),
                 Err(e) => die(e),
             }

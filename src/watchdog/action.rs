@@ -8,9 +8,8 @@
 //! nothing running and nothing due the poll sleeps without a timeout: an
 //! idle watchdog makes no wakeups.
 //!
-//! The phase and its transition table are `phase.rs`; this file feeds it
-//! inputs and does what the table leaves to the loop: checking a close
-//! for leftovers, and sealing.
+//! The phase and its transition table are `phase.rs`; this file feeds it inputs and
+//! does what the table leaves to the loop: checking a close for leftovers, and sealing.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -33,7 +32,7 @@ use super::sources::{Source, Sources};
 use super::start::Started;
 use super::state_dir::StateDir;
 use super::stop::{Step, Trigger};
-use crate::audit::record::{DirIdentity, Event, ReplyFailed};
+use crate::audit::record::DirIdentity;
 use crate::audit::AuditWriter;
 use crate::process::reap::Peek;
 use crate::protocol::Reply;
@@ -146,9 +145,7 @@ impl Action {
                     }
                     Some(Source::Reply(chan)) => {
                         if let Err(detail) = self.replies.flush(&mut self.src, chan) {
-                            let id = format!("channel {chan}");
-                            self.ledger
-                                .append(Event::ReplyFailed(ReplyFailed { id, detail }));
+                            self.ledger.reply_failed(format!("channel {chan}"), detail);
                         }
                     }
                     None => {} // removed earlier in this wake-up
@@ -170,8 +167,9 @@ impl Action {
     /// (rescans on every exit: O(N) scans of O(N) while N processes die).
     fn after_events(&mut self, children: bool, now: Instant) {
         match &self.phase {
-            Phase::Stopping { wake, .. } => {
-                if now >= *wake || (children && self.reap() == Peek::NoChildren) {
+            Phase::Stopping { wake, stop, .. } => {
+                let asking = children && stop.asking(); // any exit may end the ask step
+                if now >= *wake || asking || (children && self.reap() == Peek::NoChildren) {
                     self.step_stop(now);
                 }
             }
@@ -206,8 +204,9 @@ impl Action {
     fn on(&mut self, input: Input) {
         let close = matches!(input, Input::Close(_));
         let mut fx = Effects::default();
-        let phase = std::mem::replace(&mut self.phase, Phase::Running { closing: None });
-        self.phase = phase.on(input, &mut self.ledger, &mut fx, &self.how);
+        let phase = std::mem::replace(&mut self.phase, Phase::idle());
+        let asks = || self.jobs.asks();
+        self.phase = phase.on(input, &mut self.ledger, &mut fx, &self.how, &asks);
         self.apply(fx);
         if matches!(self.phase, Phase::Running { closing: Some(_) }) {
             self.check_close();
@@ -265,9 +264,7 @@ impl Action {
 
     fn send(&mut self, chan: u64, id: &str, reply: &Reply, last: bool) {
         if let Err(detail) = self.replies.send(&mut self.src, chan, reply, last) {
-            let id = id.to_string();
-            self.ledger
-                .append(Event::ReplyFailed(ReplyFailed { id, detail }));
+            self.ledger.reply_failed(id.to_string(), detail);
         }
     }
 

@@ -16,7 +16,7 @@ use crate::audit::record::{Status, StreamSummary};
 use crate::b64;
 use crate::process::pidfd::VerifiedPidFd;
 use crate::protocol::{Capture, StreamReply};
-use crate::vocab::hex;
+use crate::vocab::{hex, Sig};
 
 /// One of a job's two output streams. Every byte read is counted and
 /// hashed; with `capture`, bytes are kept while the job's combined total is
@@ -64,6 +64,8 @@ pub struct Job {
     pub deadline: Option<Instant>,
     /// The inner alarm's instant, until it has gone off.
     pub alarm: Option<Instant>,
+    /// What the leader is asked to stop with (the stop's ask step).
+    pub stop_signal: Sig,
     /// A caller other than the root, bound while the job runs.
     pub caller: Option<VerifiedPidFd>,
     pub caller_token: Option<Token>,

@@ -26,14 +26,14 @@ use super::sources::{Source, Sources};
 use super::spawn::{spawn, Launch};
 use super::start::Started;
 use super::state_dir::StateDir;
-use super::stop::Trigger;
+use super::stop::{Ask, Trigger};
 use crate::audit::record::{
     Event, InnerAlarm, JobExited, JobFailed, JobSpawned, OutputCapped, Stream,
 };
 use crate::clock::millis;
 use crate::process::pidfd::VerifiedPidFd;
 use crate::protocol::{Reply, SpawnSpec, PROTOCOL_VERSION};
-use crate::vocab::{bounded, Capture, Ident, Mode, RefusalReason, Status, StopReason};
+use crate::vocab::{bounded, Capture, Ident, Mode, RefusalReason, Status, StopReason, StopSignal};
 
 /// One job to launch, as admitted (or as exec's own job).
 pub struct LaunchRequest {
@@ -44,6 +44,8 @@ pub struct LaunchRequest {
     pub deadline: Option<Duration>,
     /// The inner alarm, from now (below the deadline).
     pub inner_alarm: Option<Duration>,
+    /// What the leader is asked to stop with when the action stops.
+    pub stop_signal: StopSignal,
     pub capture: Capture,
     /// A caller other than the root, bound for as long as the job runs.
     pub caller: Option<VerifiedPidFd>,
@@ -61,6 +63,7 @@ impl LaunchRequest {
             name: None,
             deadline,
             inner_alarm: None,
+            stop_signal: StopSignal::Term,
             capture: Capture::Discard,
             caller: None,
             caller_ident: None,
@@ -82,6 +85,7 @@ impl LaunchRequest {
             name: spec.name,
             deadline: Some(Duration::from_millis(spec.deadline_ms)),
             inner_alarm: spec.inner_alarm_ms.map(Duration::from_millis),
+            stop_signal: spec.stop_signal,
             capture: spec.capture,
             caller_ident: caller.as_ref().map(|c| c.ident()).or(root),
             caller,
@@ -147,6 +151,18 @@ impl Jobs {
     /// Jobs whose leader has not been reaped yet.
     pub fn running(&self) -> impl Iterator<Item = &Job> {
         self.running.values().filter(|j| j.running())
+    }
+
+    /// What a stop starting now asks first: each running job's leader
+    /// and the signal it is asked to stop with.
+    pub fn asks(&self) -> Vec<Ask> {
+        let ask = |j: &Job| Ask {
+            job: j.num,
+            pid: j.leader.pid(),
+            start_time: j.leader.proc().start_time,
+            signal: j.stop_signal,
+        };
+        self.running().map(ask).collect()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -293,6 +309,7 @@ impl Jobs {
             caller: req.caller_ident,
             deadline_ms: deadline.map(|d| millis(d.saturating_duration_since(now))),
             capture: req.capture,
+            stop_signal: req.stop_signal.sig(),
         }));
         if let Some(r) = &req.reply {
             let accepted = Reply::Accepted {
@@ -313,6 +330,7 @@ impl Jobs {
             started: now,
             deadline,
             alarm: req.inner_alarm.map(|a| now + a),
+            stop_signal: req.stop_signal.sig(),
             caller: req.caller,
             caller_token: None,
             reply: req.reply,

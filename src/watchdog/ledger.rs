@@ -17,7 +17,9 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::audit::record::{Counts, Event, MappingUncertain, RequestRefused, RequestsRefused};
+use crate::audit::record::{
+    Counts, Event, MappingUncertain, ReplyFailed, RequestRefused, RequestsRefused,
+};
 use crate::audit::{AuditError, AuditWriter};
 use crate::process::identity::{real_uid, Stat, UNKNOWN_UID};
 use crate::vocab::{bounded, RefusalReason, Uncertainty};
@@ -59,6 +61,11 @@ impl Ledger {
 
     pub fn path(&self) -> &Path {
         self.audit.path()
+    }
+
+    /// A reply (to request `id`, or to a channel) could not be delivered.
+    pub fn reply_failed(&mut self, id: String, detail: String) {
+        self.append(Event::ReplyFailed(ReplyFailed { id, detail }));
     }
 
     /// Appends a record, durable at the next [`Ledger::sync`]. Once sealed,

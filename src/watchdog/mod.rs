@@ -23,3 +23,4 @@ pub mod spawn;
 pub mod start;
 pub mod state_dir;
 pub mod stop;
+pub mod trigger;

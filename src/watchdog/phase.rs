@@ -3,7 +3,7 @@
 //!
 //! | phase \ input | trigger | close | stop done |
 //! |---|---|---|---|
-//! | `Running` | record first, start the stop → `Stopping` | check for leftovers (`Running { closing }`) | – |
+//! | `Running` | record first, start the stop (asking the running jobs' leaders first) → `Stopping` | check for leftovers (`Running { closing }`) | – |
 //! | `Stopping` | record | keep the closer | record, answer `stop`s → `Stopped` |
 //! | `Stopped` | record | keep the closer (the loop seals) | – |
 //! | `Finished` | – | – | – |
@@ -19,7 +19,7 @@ use super::effect::{Closer, Effects, ReplyTo};
 use super::intake::Gate;
 use super::ledger::Ledger;
 use super::receipt::Finished;
-use super::stop::{Stopper, Trigger};
+use super::stop::{Ask, Stopper, Trigger};
 use crate::audit::record::{Event, StopCompleted, StopPriority};
 use crate::protocol::{Reply, PROTOCOL_VERSION};
 use crate::vocab::StopReason;
@@ -97,8 +97,22 @@ pub fn stop_complete(to: &ReplyTo, reason: StopReason, quiescent: bool) -> Reply
 }
 
 impl Phase {
+    /// Running, nothing closing: the phase an action starts in.
+    pub fn idle() -> Phase {
+        Phase::Running { closing: None }
+    }
+
     /// The transition table.
-    pub fn on(self, input: Input, ledger: &mut Ledger, fx: &mut Effects, how: &StopStart) -> Phase {
+    /// `asks`: the running jobs' leaders, asked first when this input
+    /// starts the stop (called only then).
+    pub fn on(
+        self,
+        input: Input,
+        ledger: &mut Ledger,
+        fx: &mut Effects,
+        how: &StopStart,
+        asks: &dyn Fn() -> Vec<Ask>,
+    ) -> Phase {
         match (self, input) {
             (Phase::Running { closing }, Input::Trigger(t)) => {
                 ledger.append(t.record(Some(how.priority)));
@@ -110,7 +124,7 @@ impl Phase {
                     close: closing,
                     waiters: Vec::new(),
                 };
-                let stop = Stopper::new(t.reason, now, how.term_grace, how.kill_bound);
+                let stop = Stopper::new(t.reason, now, how.term_grace, how.kill_bound, asks());
                 Phase::Stopping {
                     stop,
                     wake: now,

@@ -2,11 +2,18 @@
 //! is and records, and the stepped procedure it starts.
 //!
 //! ```text
-//! trigger ─► TERM stage (grace) ─► KILL stage (bound) ─► done
-//!            scan, bind, verify,    scan, bind, verify,
-//!            SIGTERM+SIGCONT to     SIGKILL to every
-//!            every newcomer         newcomer; reap
+//! trigger ─► ASK (≤ half the grace) ─► TERM (rest of grace) ─► KILL (bound) ─► done
+//!            each running job's        scan, bind, verify,     scan, bind, verify,
+//!            leader: its stop signal   SIGTERM+SIGCONT to      SIGKILL to every
+//!            + SIGCONT; nothing else   every newcomer          newcomer; reap
 //! ```
+//!
+//! The ask step (SPEC 3.5 step 3) lets a runtime shut its own tree down:
+//! only the leaders are signalled, once; it ends when every leader has
+//! exited or half the TERM grace has passed (an `ask_ended` record says
+//! which), and then TERM goes to everything still alive. With no job
+//! running (abandoned, a close that found leftovers) it is empty and TERM
+//! goes to all at once; with no grace at all the stop starts at KILL.
 //!
 //! Every step first reaps (jobs through their own pidfds, adopted orphans
 //! by the pid a `WNOWAIT` peek returned), then checks for the end: `waitid`
@@ -16,7 +23,7 @@
 //! durable before any of its signals is sent; only verified pidfds are
 //! signalled; "already signalled" is keyed by (pid, start time).
 //!
-//! A [`Trigger`] is a value: rooms return one (as an effect) and the loop,
+//! A [`Trigger`] (`trigger.rs`) is a value: rooms return one (as an effect) and the loop,
 //! which alone moves the phase, records it with [`Trigger::record`] and,
 //! for the first, starts a [`Stopper`]. Later triggers only add a record.
 //!
@@ -32,15 +39,14 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::audit::record::{
-    no_live_or_waitable, Event, Ident, Link, Proc, Sig, SignalFailed, SignalSweep, Stage,
-    StopCompleted, StopPriority, StopReason, StopTriggered, Uncertainty,
+    no_live_or_waitable, AskEnd, AskEnded, Event, Ident, Link, Sig, SignalFailed, SignalSweep,
+    Stage, StopCompleted, StopReason, Uncertainty,
 };
 use crate::clock::millis;
 use crate::process::identity::Stat;
 use crate::process::pidfd::{bind, BindError, VerifiedPidFd};
 use crate::process::reap::Peek;
 use crate::process::scan::descendants;
-use crate::vocab::bounded;
 
 /// Rescan interval while waiting out the TERM grace.
 const TERM_RESCAN: Duration = Duration::from_millis(10);
@@ -91,104 +97,23 @@ struct Part {
     others: Vec<Link>,
 }
 
-/// A reason to stop the action (SPEC 3.5), with what the record says.
-#[derive(Clone, Debug)]
-pub struct Trigger {
-    pub reason: StopReason,
-    pub detail: String,
-    /// The job behind it (deadline, caller lost, excess output).
-    pub job: Option<u64>,
-    /// The processes behind it (abandoned or unprovable ones).
-    pub processes: Vec<Proc>,
-    /// The watchdog signal behind a `signal` trigger.
-    pub signal: Option<i32>,
-    /// The action finishes as soon as the stop completes, without waiting
-    /// for a close: nobody is left to ask (signal, root lost, audit failure).
-    pub finish: bool,
+/// A running job's leader, asked first when a stop begins (SPEC 3.5 step
+/// 3), with the signal its request chose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ask {
+    pub job: u64,
+    pub pid: i32,
+    pub start_time: u64,
+    pub signal: Sig,
 }
 
-impl Trigger {
-    /// A trigger that waits for the controller's close after the stop.
-    pub fn new(reason: StopReason, detail: impl Into<String>) -> Trigger {
-        Trigger {
-            reason,
-            detail: detail.into(),
-            job: None,
-            processes: Vec::new(),
-            signal: None,
-            finish: false,
-        }
-    }
-
-    /// SIGTERM, SIGINT, SIGQUIT or SIGHUP to the watchdog: stop, then seal.
-    /// SIGHUP is a `hangup` (an SSH or terminal hangup: the controller's
-    /// channel is gone, which proves nothing about the controller), the
-    /// others a `signal`.
-    pub fn signal(sig: i32) -> Trigger {
-        let name = Signal::try_from(sig)
-            .map(|s| s.as_str())
-            .unwrap_or("signal");
-        let reason = match sig {
-            libc::SIGHUP => StopReason::Hangup,
-            _ => StopReason::Signal,
-        };
-        Trigger {
-            signal: Some(sig),
-            ..Trigger::new(reason, format!("{name} received")).finishing()
-        }
-    }
-
-    /// The root controller's pidfd became readable: it exited.
-    pub fn root_lost(root: &Proc) -> Trigger {
-        let detail = format!("root controller pid {} ({}) exited", root.pid, root.comm);
-        Trigger::new(StopReason::RootLost, detail).finishing()
-    }
-
-    /// A record could not be made durable (or the loop cannot wait any
-    /// more): stop everything, then seal and exit non-zero.
-    pub fn audit_failure(detail: impl Into<String>) -> Trigger {
-        Trigger::new(StopReason::AuditFailure, detail).finishing()
-    }
-
-    /// A close came while `running` jobs still ran.
-    pub fn close_while_running(running: usize) -> Trigger {
-        let detail = format!("close requested while {running} job(s) ran");
-        Trigger::new(StopReason::CloseWhileRunning, detail)
-    }
-
-    pub fn job(self, job: u64) -> Trigger {
-        Trigger {
-            job: Some(job),
-            ..self
-        }
-    }
-
-    pub fn processes(self, processes: Vec<Proc>) -> Trigger {
-        Trigger { processes, ..self }
-    }
-
-    /// The action ends when the stop completes (see [`Trigger::finish`]).
-    pub fn finishing(self) -> Trigger {
-        Trigger {
-            finish: true,
-            ..self
-        }
-    }
-
-    /// The `stop_triggered` record. Appended, not synced: the first sweep's
-    /// sync makes it durable before any signal goes out (one fdatasync on
-    /// the way to the first TERM). `priority` is given for the first only.
-    pub fn record(&self, priority: Option<StopPriority>) -> Event {
-        Event::StopTriggered(StopTriggered {
-            reason: self.reason,
-            first: priority.is_some(),
-            detail: bounded(&self.detail),
-            job: self.job,
-            processes: self.processes.clone(),
-            priority,
-        })
+impl Ask {
+    fn key(&self) -> Key {
+        (self.pid, self.start_time)
     }
 }
+
+pub use super::trigger::Trigger;
 
 /// What the stop procedure needs from the event loop.
 pub trait StopHost {
@@ -217,6 +142,12 @@ type Key = (i32, u64);
 pub struct Stopper {
     pub reason: StopReason,
     started: Instant,
+    /// The leaders to ask first; emptied once the ask is sent.
+    asks: Vec<Ask>,
+    /// The leaders asked, until each is seen to have exited.
+    asked: Vec<Ask>,
+    /// Half the TERM grace: when the ask step ends at the latest.
+    ask_until: Instant,
     grace_until: Instant,
     kill_until: Instant,
     kill_bound: Duration,
@@ -241,19 +172,34 @@ pub struct Stopper {
 }
 
 impl Stopper {
-    pub fn new(reason: StopReason, now: Instant, grace: Duration, kill_bound: Duration) -> Stopper {
+    /// A stop beginning at `now`; `asks`: the running jobs' leaders.
+    pub fn new(
+        reason: StopReason,
+        now: Instant,
+        grace: Duration,
+        kill_bound: Duration,
+        asks: Vec<Ask>,
+    ) -> Stopper {
         let grace_until = now + grace;
+        let stage = match () {
+            _ if grace.is_zero() => Stage::Kill,
+            _ if asks.is_empty() => Stage::Term,
+            _ => Stage::Ask,
+        };
         Stopper {
             reason,
             started: now,
+            asks: if stage == Stage::Ask {
+                asks
+            } else {
+                Vec::new()
+            },
+            asked: Vec::new(),
+            ask_until: now + grace / 2,
             grace_until,
             kill_until: grace_until + kill_bound,
             kill_bound,
-            stage: if grace.is_zero() {
-                Stage::Kill
-            } else {
-                Stage::Term
-            },
+            stage,
             sweeps: 0,
             quiet: 0,
             termed: HashSet::new(),
@@ -279,6 +225,31 @@ impl Stopper {
         if no_live_or_waitable(echild, scan_empty) {
             return Step::Done(self.completed(now, echild, scan_empty, 0));
         }
+        if self.stage == Stage::Ask {
+            let live: HashSet<Key> = scan
+                .iter()
+                .filter(|s| !s.is_zombie())
+                .map(|s| (s.pid, s.start_time))
+                .collect();
+            self.asked.retain(|a| live.contains(&a.key()));
+            let sent = self.asks.is_empty();
+            let reason = match () {
+                _ if sent && self.asked.is_empty() => Some(AskEnd::LeadersExited),
+                _ if now >= self.ask_until => Some(AskEnd::HalfGrace),
+                _ => None,
+            };
+            if let Some(reason) = reason {
+                host.append(Event::AskEnded(AskEnded {
+                    reason,
+                    after_ms: millis(now - self.started),
+                    leaders_left: self.asked.len() as u64,
+                }));
+                self.asks.clear();
+                self.asked.clear();
+                self.stage = Stage::Term;
+                self.quiet = 0;
+            }
+        }
         if self.stage == Stage::Term && now >= self.grace_until {
             self.stage = Stage::Kill;
             // The kill bound is the KILL stage's own: a TERM sweep that
@@ -297,21 +268,90 @@ impl Stopper {
             let left = scan.iter().filter(|s| !s.is_zombie()).count() as u64;
             return Step::Done(self.completed(now, echild, scan_empty, left));
         }
-        let signalled = self.sweep(host, &scan);
+        let signalled = match self.stage {
+            Stage::Ask => self.ask(host, &scan),
+            Stage::Term | Stage::Kill => self.sweep(host, &scan),
+        };
         let busy = signalled || !self.retry.is_empty(); // a bind to retry soon
         self.quiet = if busy { 0 } else { self.quiet + 1 };
         let backoff = 1 << self.quiet.min(MAX_BACKOFF);
         let next = match self.stage {
+            Stage::Ask => (now + TERM_RESCAN * backoff).min(self.ask_until),
             Stage::Term => (now + TERM_RESCAN * backoff).min(self.grace_until),
             Stage::Kill => (now + KILL_RESCAN * backoff).min(self.kill_until),
         };
         Step::Wait(next)
     }
 
+    /// The ask step's one sweep: each leader still alive is bound and
+    /// verified like any target and gets its own stop signal and SIGCONT,
+    /// one record part per signal. Nothing else is signalled. A leader
+    /// that cannot be bound now is left to the TERM stage (its bind is
+    /// retried there). Returns whether anything was signalled.
+    fn ask(&mut self, host: &mut impl StopHost, scan: &[Stat]) -> bool {
+        if self.asks.is_empty() {
+            host.sync();
+            return false;
+        }
+        let me = host.me();
+        let members: HashSet<i32> = scan.iter().map(|s| s.pid).collect();
+        let parent_ok = |p: i32| p == me.pid || members.contains(&p);
+        let asks = std::mem::take(&mut self.asks);
+        let mut part = Part {
+            sweep: self.sweeps + 1,
+            index: 0,
+            targets: Vec::new(),
+            others: Vec::new(),
+        };
+        let mut seen = HashSet::new();
+        let signals: Vec<Sig> = asks
+            .iter()
+            .map(|a| a.signal)
+            .filter(|s| seen.insert(*s))
+            .collect();
+        for sig in signals {
+            for st in scan.iter().filter(|s| !s.is_zombie()) {
+                let key = (st.pid, st.start_time);
+                let Some(ask) = asks.iter().find(|a| a.key() == key && a.signal == sig) else {
+                    continue;
+                };
+                match bind(st, me.uid, parent_ok) {
+                    Ok(fd) => {
+                        part.targets.push(fd);
+                        self.asked.push(*ask);
+                    }
+                    Err(BindError::Gone | BindError::NoDescriptors(_)) => {}
+                    Err(BindError::Uncertain { reason, detail }) => {
+                        self.uncertain.insert(key);
+                        host.uncertain(st, reason, &detail);
+                    }
+                }
+            }
+            if !part.targets.is_empty() {
+                self.signal_part(host, &mut part, &[sig, Sig::Cont]);
+            }
+        }
+        if part.index == 0 {
+            host.sync();
+            return false;
+        }
+        self.sweeps = part.sweep;
+        true
+    }
+
+    /// The ask step is under way: a leader's exit may end it.
+    pub fn asking(&self) -> bool {
+        self.stage == Stage::Ask
+    }
+
     /// Bind and verify every live closure member not yet signalled in this
     /// stage, record the sweep durably, then signal. Returns whether there
     /// was anything to signal.
     fn sweep(&mut self, host: &mut impl StopHost, scan: &[Stat]) -> bool {
+        let signals: &[Sig] = match self.stage {
+            Stage::Kill => &[Sig::Kill],
+            Stage::Ask | Stage::Term => &[Sig::Term, Sig::Cont],
+        };
         let me = host.me();
         let members: HashSet<i32> = scan.iter().map(|s| s.pid).collect();
         let parent_ok = |p: i32| p == me.pid || members.contains(&p);
@@ -326,7 +366,9 @@ impl Stopper {
         for st in scan {
             let key = (st.pid, st.start_time);
             let done = match stage {
-                Stage::Term => self.termed.contains(&key) || self.killed.contains(&key),
+                Stage::Ask | Stage::Term => {
+                    self.termed.contains(&key) || self.killed.contains(&key)
+                }
                 Stage::Kill => self.killed.contains(&key),
             };
             let link = Link {
@@ -340,7 +382,7 @@ impl Stopper {
             if spare == 0 {
                 // Make room: signal what is bound, let go of held fds.
                 if !part.targets.is_empty() {
-                    self.signal_part(host, &mut part);
+                    self.signal_part(host, &mut part, signals);
                 }
                 self.held.clear();
                 spare = self.spare(part.targets.len());
@@ -367,11 +409,11 @@ impl Stopper {
             // thousands first would leave all of them running meanwhile.
             let limit = if part.index == 0 { FIRST_PART } else { PART };
             if part.targets.len() >= limit || (spare == 0 && !part.targets.is_empty()) {
-                self.signal_part(host, &mut part);
+                self.signal_part(host, &mut part, signals);
             }
         }
         if !part.targets.is_empty() {
-            self.signal_part(host, &mut part);
+            self.signal_part(host, &mut part, signals);
         }
         if part.index == 0 {
             host.sync(); // nothing to signal; what was appended is still made durable
@@ -382,13 +424,10 @@ impl Stopper {
         }
     }
 
-    /// Records one part of a sweep durably, then signals its targets.
-    fn signal_part(&mut self, host: &mut impl StopHost, part: &mut Part) {
+    /// Records one part of a sweep durably, then signals its targets with
+    /// `signals`, in order.
+    fn signal_part(&mut self, host: &mut impl StopHost, part: &mut Part, signals: &[Sig]) {
         let stage = self.stage;
-        let signals: &[Sig] = match stage {
-            Stage::Term => &[Sig::Term, Sig::Cont],
-            Stage::Kill => &[Sig::Kill],
-        };
         let targets = std::mem::take(&mut part.targets);
         host.append(Event::SignalSweep(SignalSweep {
             sweep: part.sweep,
@@ -403,12 +442,8 @@ impl Stopper {
         for t in targets {
             let key = (t.pid(), t.proc().start_time);
             for &sig in signals {
-                let s = match sig {
-                    Sig::Term => Signal::SIGTERM,
-                    Sig::Cont => Signal::SIGCONT,
-                    Sig::Kill => Signal::SIGKILL,
-                };
-                if let Err(e) = t.signal(s) {
+                let sent = Signal::try_from(sig.number()).map_err(std::io::Error::from);
+                if let Err(e) = sent.and_then(|s| t.signal(s)) {
                     host.append(Event::SignalFailed(SignalFailed {
                         sweep: part.sweep,
                         target: t.ident(),
@@ -418,6 +453,7 @@ impl Stopper {
                 }
             }
             match stage {
+                Stage::Ask => false, // asked leaders still get TERM later
                 Stage::Term => self.termed.insert(key),
                 Stage::Kill => self.killed.insert(key),
             };

@@ -15,7 +15,7 @@ use rea::audit::record::{
     Counts, Event, JobExited, JobSpawned, Reaped, ReapedProc, RequestReceived, StreamSummary,
 };
 use rea::audit::AuditWriter;
-use rea::vocab::{Capture, Ident, Op, Status};
+use rea::vocab::{Capture, Ident, Op, Sig, Status};
 
 /// An `AuditWriter` whose `counts` follow every record put through it.
 pub struct CountedLog {
@@ -83,6 +83,7 @@ pub fn launcher_job(job: u64, caller: Ident, watchdog_pid: i32) -> [Event; 4] {
             caller: Some(caller),
             deadline_ms: Some(60_000),
             capture: Capture::Discard,
+            stop_signal: Sig::Term,
         }),
         Event::Reaped(Reaped {
             processes: vec![ReapedProc {

@@ -330,6 +330,7 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
             } else {
                 Capture::Discard
             },
+            stop_signal: if j == 1 { Sig::Usr1 } else { Sig::Term },
         }));
         jobs.push(Job {
             job: j,
