@@ -104,7 +104,7 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (String, u32, u64, Vec<u8>)> {
     out
 }
 
-fn args<'a>(w: &'a Watchdog) -> [&'a str; 4] {
+fn args(w: &Watchdog) -> [&str; 4] {
     [
         "--staging",
         w.staging.to_str().unwrap(),

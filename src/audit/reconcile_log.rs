@@ -200,11 +200,7 @@ impl LogScan {
     /// Collects what one record names.
     fn event(&mut self, ev: Event, line: u64) {
         match ev {
-            Event::RunStarted(r) => {
-                if self.run_started.is_none() {
-                    self.run_started = Some(r);
-                }
-            }
+            Event::RunStarted(r) if self.run_started.is_none() => self.run_started = Some(r),
             Event::RootBound(r) => {
                 if let Some(n) = self.name(r.root.pid, r.root.start_time, Role::Root, line) {
                     n.uid.get_or_insert(r.root.uid);
