@@ -3,6 +3,11 @@
 pub mod chain;
 pub mod people;
 pub mod reader;
+pub mod reconcile;
+pub mod reconcile_dirs;
+pub mod reconcile_env;
+pub mod reconcile_log;
+pub mod reconcile_text;
 pub mod record;
 pub mod replay;
 pub mod rules;

@@ -8,6 +8,8 @@ use clap::{Parser, Subcommand};
 use rea::audit::chain::is_digest;
 use rea::audit::people::escape;
 use rea::audit::reader::open_log;
+use rea::audit::reconcile::{reconcile, Options as ReconcileOptions, EXIT_ERROR};
+use rea::audit::reconcile_text::human;
 use rea::audit::show::write_timeline;
 use rea::audit::verdict::Status;
 use rea::audit::verify::{verify_file, VerifyOptions};
@@ -23,6 +25,25 @@ Exit codes (verify):
 
 Only a pinned head (--expect-head) detects a log that was cut short and
 re-chained by someone able to write the file; the chain alone cannot.";
+
+const RECONCILE_HELP: &str = "\
+Read-only: reconcile never signals, deletes, retries or writes anything. It
+reads the log up to its last complete line (sealed, unsealed or still
+growing), probes the watchdog and every process the log names by (pid, start
+time) with pidfd_open and a /proc read-back, lists live processes whose
+environment carries the run's REA_RUN_ID (a hint), and compares --staging and
+--state-dir with what the log recorded.
+
+--state-dir DIR: checks that DIR is the path run_started recorded, is a
+directory (not a symlink) owned by the watchdog's uid with mode 0700, and
+reports whether the request FIFO, tmp/ (the private temp root) and
+ready.json are still there.
+
+Exit codes (reconcile; 1-3 are verify's and never used here):
+  0  delete_allowed  sealed, verify says delete_allowed, nothing named alive
+  5  running         the watchdog is alive and the log not sealed: wait, or close it
+  6  review          anything else: each reason is named with what to check
+  4  error           the log could not be read, or the command line is wrong";
 
 #[derive(Parser)]
 #[command(
@@ -56,6 +77,22 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         staging: Option<PathBuf>,
         /// Print the verdict object (audit-schema/verdict.schema.json).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Say what is known and what may still be alive after an unhappy path
+    /// (read-only; SPEC 7.2): delete_allowed, running or review.
+    #[command(after_help = RECONCILE_HELP)]
+    Reconcile {
+        /// The audit log (sealed, unsealed, or still being written).
+        log: PathBuf,
+        /// The watchdog's state directory, to compare with the log's.
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+        /// The staging directory, to compare with what the log recorded.
+        #[arg(long, value_name = "DIR")]
+        staging: Option<PathBuf>,
+        /// Print the whole report (audit-schema/reconcile.schema.json).
         #[arg(long)]
         json: bool,
     },
@@ -125,6 +162,30 @@ fn main() -> ExitCode {
                 print!("{}", v.human());
             }
             ExitCode::from(v.exit_code as u8)
+        }
+        Cmd::Reconcile {
+            log,
+            state_dir,
+            staging,
+            json,
+        } => {
+            let opts = ReconcileOptions { state_dir, staging };
+            let r = match reconcile(&log, &opts) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("rea-audit: {}: {}", escape(&log.display().to_string()), e);
+                    return ExitCode::from(EXIT_ERROR as u8);
+                }
+            };
+            if json {
+                match serde_json::to_string_pretty(&r) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => return usage(&format!("cannot print the report: {e}")),
+                }
+            } else {
+                print!("{}", human(&r));
+            }
+            ExitCode::from(r.exit_code as u8)
         }
         Cmd::Show { log } => {
             let name = escape(&log.display().to_string());

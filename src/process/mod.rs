@@ -1,5 +1,6 @@
 //! Processes: who they are, who descends from whom, binding, signalling, reaping.
 
+pub mod alive;
 pub mod forked;
 pub mod identity;
 pub mod pidfd;

@@ -134,7 +134,10 @@ fn uncertain(reason: Uncertainty, detail: impl Into<String>) -> BindError {
     }
 }
 
-fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+/// `pidfd_open(pid, 0)`: a new fd pinning whatever process `pid` names now
+/// (nothing is proven about which one; see [`bind_ident`] and
+/// [`super::alive::probe`] for the read-back).
+pub(crate) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
