@@ -21,7 +21,9 @@ use super::chain;
 use super::reader::{open_log, read_lines, OpenError, Piece};
 use super::writer::MAX_LINE;
 use crate::stage::decide::{decide, plan, Code, Facts, Refusal};
-use crate::stage::log::{encode, DiscardDecided, Outcome, Removed, StageEvent, StageInventoried, VERSION};
+use crate::stage::log::{
+    encode, DiscardDecided, Outcome, Removed, StageEvent, StageInventoried, VERSION,
+};
 
 /// What a discard log shows; each its own exit code (as for watchdog logs).
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -168,15 +170,27 @@ impl Check {
         let hash = chain::line_hash(bytes);
         let prev = self.prev.replace(hash);
         if bytes.contains(&b'\r') || !bytes.starts_with(b"{") {
-            return self.push(Problem::Malformed, Some(n), "not a JSON object on one line without CR");
+            return self.push(
+                Problem::Malformed,
+                Some(n),
+                "not a JSON object on one line without CR",
+            );
         }
         let w: Wire = match serde_json::from_slice(bytes) {
             Ok(w) => w,
             Err(e) => return self.push(Problem::Malformed, Some(n), e.to_string()),
         };
         let ev = match StageEvent::parse(&w.kind, w.data.get()) {
-            None => return self.push(Problem::UnknownKind, Some(n), format!("kind {:?}", crate::vocab::bounded(&w.kind))),
-            Some(Err(e)) => return self.push(Problem::Malformed, Some(n), format!("{} data: {e}", w.kind)),
+            None => {
+                return self.push(
+                    Problem::UnknownKind,
+                    Some(n),
+                    format!("kind {:?}", crate::vocab::bounded(&w.kind)),
+                )
+            }
+            Some(Err(e)) => {
+                return self.push(Problem::Malformed, Some(n), format!("{} data: {e}", w.kind))
+            }
             Some(Ok(ev)) => ev,
         };
         if w.v != VERSION {
@@ -185,19 +199,35 @@ impl Check {
         let ts_ok = chrono::DateTime::parse_from_rfc3339(&w.ts).is_ok() && w.ts.ends_with('Z');
         let canon = encode(&w.run, w.seq, &w.ts, w.mono_ns, &w.prev, &ev).is_ok_and(|c| c == bytes);
         if !canon || !ts_ok || !crate::vocab::is_token(&w.run) {
-            self.push(Problem::NonCanonical, Some(n), "not byte for byte the writer's encoding of this record");
+            self.push(
+                Problem::NonCanonical,
+                Some(n),
+                "not byte for byte the writer's encoding of this record",
+            );
         }
         if w.seq != n - 1 {
-            self.push(Problem::SeqMismatch, Some(n), format!("seq {} where {} belongs", w.seq, n - 1));
+            self.push(
+                Problem::SeqMismatch,
+                Some(n),
+                format!("seq {} where {} belongs", w.seq, n - 1),
+            );
         }
         if self.mono.is_some_and(|m| w.mono_ns < m) {
-            self.push(Problem::MonoRegressed, Some(n), "mono_ns is before the previous record's");
+            self.push(
+                Problem::MonoRegressed,
+                Some(n),
+                "mono_ns is before the previous record's",
+            );
         }
         self.mono = Some(w.mono_ns);
         match (&self.run, prev) {
             (None, _) => {
                 if w.prev != chain::genesis(&w.run) {
-                    self.push(Problem::GenesisMismatch, Some(n), "prev of the first record is not the genesis hash of its run");
+                    self.push(
+                        Problem::GenesisMismatch,
+                        Some(n),
+                        "prev of the first record is not the genesis hash of its run",
+                    );
                 }
                 self.run = Some(w.run.to_string());
             }
@@ -206,7 +236,11 @@ impl Check {
                 self.push(Problem::RunMismatch, Some(n), d);
             }
             (Some(_), p) if p.as_deref() != Some(w.prev.as_ref()) => {
-                self.push(Problem::PrevMismatch, Some(n), "prev is not the hash of the line before: the chain is broken here");
+                self.push(
+                    Problem::PrevMismatch,
+                    Some(n),
+                    "prev is not the hash of the line before: the chain is broken here",
+                );
             }
             _ => {}
         }
@@ -214,13 +248,21 @@ impl Check {
         if self.events.len() < 1024 {
             self.events.push((n, ev));
         } else {
-            self.push(Problem::OutOfOrder, Some(n), "more records than any discard writes");
+            self.push(
+                Problem::OutOfOrder,
+                Some(n),
+                "more records than any discard writes",
+            );
         }
     }
 }
 
 /// Verifies the discard log at `path`; never fails.
-pub fn verify_stage_file(path: &Path, expect_head: Option<&str>, expect_run: Option<&str>) -> StageVerdict {
+pub fn verify_stage_file(
+    path: &Path,
+    expect_head: Option<&str>,
+    expect_run: Option<&str>,
+) -> StageVerdict {
     let mut c = Check::default();
     let name = path.display().to_string();
     let tail = match open_log(path) {
@@ -238,7 +280,11 @@ pub fn verify_stage_file(path: &Path, expect_head: Option<&str>, expect_run: Opt
                 c.lines += 1;
                 c.prev = None;
                 let n = c.lines;
-                c.push(Problem::Malformed, Some(n), format!("{len} bytes; the cap is {MAX_LINE}"));
+                c.push(
+                    Problem::Malformed,
+                    Some(n),
+                    format!("{len} bytes; the cap is {MAX_LINE}"),
+                );
             }
         }),
     };
@@ -246,7 +292,11 @@ pub fn verify_stage_file(path: &Path, expect_head: Option<&str>, expect_run: Opt
         Err(e) => c.push(Problem::IoError, None, e.to_string()),
         Ok(Some(t)) => {
             let line = Some(c.lines + 1);
-            c.push(Problem::TornLine, line, format!("{} bytes after the last newline", t.len()));
+            c.push(
+                Problem::TornLine,
+                line,
+                format!("{} bytes after the last newline", t.len()),
+            );
         }
         Ok(None) => {}
     }
@@ -255,12 +305,19 @@ pub fn verify_stage_file(path: &Path, expect_head: Option<&str>, expect_run: Opt
     }
     if let (Some(want), Some(run)) = (expect_run, c.run.clone()) {
         if want != run {
-            c.push(Problem::ExpectRunMismatch, None, format!("log is of run {run}, expected {want}"));
+            c.push(
+                Problem::ExpectRunMismatch,
+                None,
+                format!("log is of run {run}, expected {want}"),
+            );
         }
     }
     if let Some(want) = expect_head {
         if c.prev.as_deref() != Some(want) {
-            let d = format!("head is {}, pinned {want}", c.prev.as_deref().unwrap_or("(none)"));
+            let d = format!(
+                "head is {}, pinned {want}",
+                c.prev.as_deref().unwrap_or("(none)")
+            );
             c.push(Problem::HeadMismatch, None, d);
         }
     }
@@ -300,14 +357,26 @@ fn structure(c: &mut Check) -> Option<DiscardDecided> {
             }
         };
         if !ok {
-            c.push(Problem::OutOfOrder, Some(n), "a record out of the order discard writes them in");
+            c.push(
+                Problem::OutOfOrder,
+                Some(n),
+                "a record out of the order discard writes them in",
+            );
         }
     }
     if started.is_none() && c.lines > 0 {
-        c.push(Problem::OutOfOrder, Some(1), "the first record is not discard_started");
+        c.push(
+            Problem::OutOfOrder,
+            Some(1),
+            "the first record is not discard_started",
+        );
     }
     let Some((dline, d)) = decided else {
-        c.push(Problem::NoDecision, None, "no discard_decided record: the discard did not finish");
+        c.push(
+            Problem::NoDecision,
+            None,
+            "no discard_decided record: the discard did not finish",
+        );
         return None;
     };
     let line = Some(dline);
@@ -344,11 +413,18 @@ fn structure(c: &mut Check) -> Option<DiscardDecided> {
                     let mut want: Vec<(String, Removed)> = plan(f)
                         .into_iter()
                         .map(|n| {
-                            let w = if n == crate::stage::RECEIPT_NAME { Removed::Receipt } else { Removed::File };
+                            let w = if n == crate::stage::RECEIPT_NAME {
+                                Removed::Receipt
+                            } else {
+                                Removed::File
+                            };
                             (n, w)
                         })
                         .collect();
-                    let stage = started.as_ref().map(|s| s.stage.clone()).unwrap_or_default();
+                    let stage = started
+                        .as_ref()
+                        .map(|s| s.stage.clone())
+                        .unwrap_or_default();
                     want.push((stage, Removed::Stage));
                     if removed != want {
                         bad(c, "discarded, but the removals recorded are not every inventoried entry, the receipt last, then the stage".into());
@@ -359,7 +435,13 @@ fn structure(c: &mut Check) -> Option<DiscardDecided> {
                 }
                 (_, Some(r)) => {
                     let codes: Vec<String> = r.iter().map(|x| x.code.as_str()).collect();
-                    bad(c, format!("discarded, but the recorded stage is one the rule refuses ({})", codes.join(", ")));
+                    bad(
+                        c,
+                        format!(
+                            "discarded, but the recorded stage is one the rule refuses ({})",
+                            codes.join(", ")
+                        ),
+                    );
                 }
                 _ => bad(c, "discarded without an inventory".into()),
             }
@@ -373,12 +455,19 @@ fn structure(c: &mut Check) -> Option<DiscardDecided> {
             }
             let during = |r: &Refusal| matches!(r.code, Code::ConcurrentChange | Code::IoError);
             if approved.is_some() && !d.reasons.iter().all(during) {
-                bad(c, "an approved discard can only stop for a change or an I/O error during removal".into());
+                bad(
+                    c,
+                    "an approved discard can only stop for a change or an I/O error during removal"
+                        .into(),
+                );
             }
             if approved.is_none() {
                 if let Some(r) = &again {
                     if *r != d.reasons {
-                        bad(c, "the refusal's reasons are not what the recorded facts give".into());
+                        bad(
+                            c,
+                            "the refusal's reasons are not what the recorded facts give".into(),
+                        );
                     }
                 }
             }
@@ -406,7 +495,10 @@ fn finish(c: Check, log: String, decided: Option<DiscardDecided>) -> StageVerdic
         head: c.prev,
         stage: c.stage,
         outcome: decided.as_ref().filter(|_| intact).map(|d| d.outcome),
-        refusals: decided.filter(|_| intact).map(|d| d.reasons).unwrap_or_default(),
+        refusals: decided
+            .filter(|_| intact)
+            .map(|d| d.reasons)
+            .unwrap_or_default(),
         problems: c.found,
     }
 }
@@ -434,7 +526,10 @@ impl StageVerdict {
         }
         for p in &self.problems {
             let line = p.line.map(|l| format!("line {l}: ")).unwrap_or_default();
-            let code = serde_json::to_value(p.code).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            let code = serde_json::to_value(p.code)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
             s.push_str(&format!("  - {code} {line}{}\n", p.detail));
         }
         s.lines().map(|l| super::people::escape(l) + "\n").collect()

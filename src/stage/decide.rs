@@ -172,11 +172,19 @@ pub fn escape_name(bytes: &[u8]) -> String {
 fn trusted<'a>(f: &'a Facts, out: &mut Vec<Refusal>) -> Option<&'a BeforeTransfer> {
     let name = Some(RECEIPT_NAME);
     let Some(e) = f.entries.iter().find(|e| e.name == RECEIPT_NAME) else {
-        out.push(Refusal::new(Code::ReceiptMissing, name, "no before-transfer receipt in the stage"));
+        out.push(Refusal::new(
+            Code::ReceiptMissing,
+            name,
+            "no before-transfer receipt in the stage",
+        ));
         return None;
     };
     if e.kind != EntryType::File {
-        let mut r = Refusal::new(Code::ReceiptNotRegular, name, format!("the receipt is a {}", e.kind.as_str()));
+        let mut r = Refusal::new(
+            Code::ReceiptNotRegular,
+            name,
+            format!("the receipt is a {}", e.kind.as_str()),
+        );
         r.kind = Some(e.kind);
         out.push(r);
         return None;
@@ -192,7 +200,10 @@ fn trusted<'a>(f: &'a Facts, out: &mut Vec<Refusal>) -> Option<&'a BeforeTransfe
     }
     let r = match &f.receipt {
         None => {
-            let d = format!("the receipt is {} bytes, larger than any rea-stage writes", e.size);
+            let d = format!(
+                "the receipt is {} bytes, larger than any rea-stage writes",
+                e.size
+            );
             out.push(Refusal::new(Code::ReceiptTooLarge, name, d));
             return None;
         }
@@ -203,7 +214,10 @@ fn trusted<'a>(f: &'a Facts, out: &mut Vec<Refusal>) -> Option<&'a BeforeTransfe
         Some(Ok(r)) => r,
     };
     if r.receipt_ino != e.ino || e.dev != f.stage.dev {
-        let d = format!("the receipt names inode {}, the file is inode {}", r.receipt_ino, e.ino);
+        let d = format!(
+            "the receipt names inode {}, the file is inode {}",
+            r.receipt_ino, e.ino
+        );
         out.push(Refusal::new(Code::ReceiptInodeMismatch, name, d));
     }
     let want = (r.stage.dev, r.stage.ino, r.stage.uid);
@@ -225,13 +239,20 @@ pub fn decide(f: &Facts) -> Vec<Refusal> {
     let mut out = Vec::new();
     let receipt = trusted(f, &mut out);
     if f.stage.uid != f.uid {
-        let d = format!("the stage belongs to uid {}, not ours ({})", f.stage.uid, f.uid);
+        let d = format!(
+            "the stage belongs to uid {}, not ours ({})",
+            f.stage.uid, f.uid
+        );
         out.push(Refusal::new(Code::ForeignUid, None, d));
     }
     for e in &f.entries {
         let name = Some(e.name.as_str());
         if e.name == ARMED_NAME {
-            out.push(Refusal::new(Code::Armed, name, "a watchdog armed this stage: an exec may have started"));
+            out.push(Refusal::new(
+                Code::Armed,
+                name,
+                "a watchdog armed this stage: an exec may have started",
+            ));
             continue;
         }
         let declared = match receipt {
@@ -251,27 +272,51 @@ pub fn decide(f: &Facts) -> Vec<Refusal> {
         }
         if e.kind != EntryType::File {
             if e.name != RECEIPT_NAME {
-                let mut r = Refusal::new(Code::NotRegular, name, format!("{} is a {}", e.name, e.kind.as_str()));
+                let mut r = Refusal::new(
+                    Code::NotRegular,
+                    name,
+                    format!("{} is a {}", e.name, e.kind.as_str()),
+                );
                 r.kind = Some(e.kind);
                 out.push(r);
             }
             continue;
         }
         if e.nlink != 1 {
-            out.push(Refusal::new(Code::HardLinked, name, format!("{} has {} links", e.name, e.nlink)));
+            out.push(Refusal::new(
+                Code::HardLinked,
+                name,
+                format!("{} has {} links", e.name, e.nlink),
+            ));
         }
         if e.uid != f.uid {
-            out.push(Refusal::new(Code::ForeignUid, name, format!("{} belongs to uid {}", e.name, e.uid)));
+            out.push(Refusal::new(
+                Code::ForeignUid,
+                name,
+                format!("{} belongs to uid {}", e.name, e.uid),
+            ));
         }
         if e.dev != f.stage.dev {
-            out.push(Refusal::new(Code::OtherFilesystem, name, format!("{} is on another filesystem", e.name)));
+            out.push(Refusal::new(
+                Code::OtherFilesystem,
+                name,
+                format!("{} is on another filesystem", e.name),
+            ));
         }
     }
     if f.truncated {
-        out.push(Refusal::new(Code::TooManyEntries, None, "more entries than any declared upload"));
+        out.push(Refusal::new(
+            Code::TooManyEntries,
+            None,
+            "more entries than any declared upload",
+        ));
     }
     for c in &f.changed {
-        out.push(Refusal::new(Code::ConcurrentChange, Some(c), format!("{c} changed while it was inventoried")));
+        out.push(Refusal::new(
+            Code::ConcurrentChange,
+            Some(c),
+            format!("{c} changed while it was inventoried"),
+        ));
     }
     out
 }

@@ -52,7 +52,13 @@ struct Run {
 }
 
 impl Run {
-    fn seal(&mut self, outcome: Outcome, reasons: Vec<Refusal>, stage_removed: bool, code: i32) -> Done {
+    fn seal(
+        &mut self,
+        outcome: Outcome,
+        reasons: Vec<Refusal>,
+        stage_removed: bool,
+        code: i32,
+    ) -> Done {
         let ev = StageEvent::Decided(DiscardDecided {
             outcome,
             reasons: reasons.clone(),
@@ -70,7 +76,13 @@ impl Run {
         }
     }
 
-    fn started(&mut self, stage: &str, id: Option<DirId>, hex: &str, declared: Vec<String>) -> std::io::Result<()> {
+    fn started(
+        &mut self,
+        stage: &str,
+        id: Option<DirId>,
+        hex: &str,
+        declared: Vec<String>,
+    ) -> std::io::Result<()> {
         self.log.record(&StageEvent::Started(DiscardStarted {
             version: env!("CARGO_PKG_VERSION").to_string(),
             stage: stage.to_string(),
@@ -119,14 +131,28 @@ pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
         Err(e) => return log_failed(e),
     };
     let mut run = Run { log, removed: 0 };
-    let shown = std::path::absolute(dir).unwrap_or(dir.to_path_buf()).display().to_string();
+    let shown = std::path::absolute(dir)
+        .unwrap_or(dir.to_path_buf())
+        .display()
+        .to_string();
     let parent = match open_parent(dir) {
         Ok(p) => p,
-        Err(e) => return unreachable(&mut run, &shown, hex, Refusal::new(Code::StageUnreachable, None, e.to_string())),
+        Err(e) => {
+            return unreachable(
+                &mut run,
+                &shown,
+                hex,
+                Refusal::new(Code::StageUnreachable, None, e.to_string()),
+            )
+        }
     };
     let shown = parent.path.display().to_string();
     let reach = |e: std::io::Error| {
-        Refusal::new(Code::StageUnreachable, None, format!("{shown} cannot be opened as a directory without following a link: {e}"))
+        Refusal::new(
+            Code::StageUnreachable,
+            None,
+            format!("{shown} cannot be opened as a directory without following a link: {e}"),
+        )
     };
     let stage = match parent.open_stage() {
         Ok(fd) => fd,
@@ -184,7 +210,9 @@ pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
         return run.seal(Outcome::Refused, refusals, false, EXIT_REFUSED);
     }
     let order = plan(&facts);
-    if let Err(e) = run.log.record(&StageEvent::Approved(DiscardApproved { plan: order.clone() })) {
+    if let Err(e) = run.log.record(&StageEvent::Approved(DiscardApproved {
+        plan: order.clone(),
+    })) {
         return log_failed(e);
     }
     if let Err(r) = remove_all(&mut run, &listing, &order, stage.as_fd()) {
@@ -213,15 +241,28 @@ enum Stop {
     Refused(Refusal),
 }
 
-fn remove_all(run: &mut Run, listing: &Listing, order: &[String], dirfd: std::os::fd::BorrowedFd<'_>) -> Result<(), Stop> {
+fn remove_all(
+    run: &mut Run,
+    listing: &Listing,
+    order: &[String],
+    dirfd: std::os::fd::BorrowedFd<'_>,
+) -> Result<(), Stop> {
     for name in order {
         let Some(i) = listing.entries.iter().position(|e| &e.name == name) else {
-            return Err(Stop::Refused(Refusal::new(Code::ConcurrentChange, Some(name), "not in the listing")));
+            return Err(Stop::Refused(Refusal::new(
+                Code::ConcurrentChange,
+                Some(name),
+                "not in the listing",
+            )));
         };
         let e = &listing.entries[i];
         unlink_entry(dirfd, &listing.raw[i], e).map_err(Stop::Refused)?;
         run.removed += 1;
-        let what = if name == RECEIPT_NAME { Removed::Receipt } else { Removed::File };
+        let what = if name == RECEIPT_NAME {
+            Removed::Receipt
+        } else {
+            Removed::File
+        };
         let rec = StageEvent::Removed(RemovedEntry {
             name: name.clone(),
             what,

@@ -76,14 +76,20 @@ fn hash_file(
     st: &FileStat,
     keep: u64,
 ) -> io::Result<Option<(String, Option<Vec<u8>>)>> {
-    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    let flags = OFlag::O_RDONLY
+        | OFlag::O_NOFOLLOW
+        | OFlag::O_NONBLOCK
+        | OFlag::O_NOCTTY
+        | OFlag::O_CLOEXEC;
     let fd = match openat(dirfd, name, flags, Mode::empty()) {
         Ok(fd) => fd,
         Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ELOOP) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
     let now = fstat(&fd)?;
-    if now.st_mode & libc::S_IFMT != libc::S_IFREG || (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) {
+    if now.st_mode & libc::S_IFMT != libc::S_IFREG
+        || (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino)
+    {
         return Ok(None);
     }
     let mut f = std::fs::File::from(fd);
@@ -155,5 +161,6 @@ pub fn unchanged(dirfd: BorrowedFd<'_>, name: &CStr, was: &Entry) -> io::Result<
     let st = fstatat(dirfd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
     let now = entry_of(name.to_bytes(), &st);
     Ok(now.kind == was.kind
-        && (now.dev, now.ino, now.nlink, now.uid, now.size) == (was.dev, was.ino, was.nlink, was.uid, was.size))
+        && (now.dev, now.ino, now.nlink, now.uid, now.size)
+            == (was.dev, was.ino, was.nlink, was.uid, was.size))
 }

@@ -161,7 +161,14 @@ struct Envelope<'a> {
 
 /// The exact line bytes (no `\n`) for a record: the one encoding the writer
 /// produces and the verifier compares against.
-pub fn encode(run: &str, seq: u64, ts: &str, mono_ns: u64, prev: &str, ev: &StageEvent) -> serde_json::Result<Vec<u8>> {
+pub fn encode(
+    run: &str,
+    seq: u64,
+    ts: &str,
+    mono_ns: u64,
+    prev: &str,
+    ev: &StageEvent,
+) -> serde_json::Result<Vec<u8>> {
     serde_json::to_vec(&Envelope {
         v: VERSION,
         run,
@@ -220,20 +227,37 @@ impl StageLog {
     /// Appends one record with one `write` and makes it durable.
     pub fn record(&mut self, ev: &StageEvent) -> io::Result<()> {
         if self.poisoned {
-            return Err(io::Error::other("the log is unusable after an earlier failure"));
+            return Err(io::Error::other(
+                "the log is unusable after an earlier failure",
+            ));
         }
         let ts = crate::clock::rfc3339_now();
-        let mut line = encode(&self.run, self.seq, &ts, crate::clock::mono_ns(), &self.prev, ev)
-            .map_err(io::Error::other)?;
+        let mut line = encode(
+            &self.run,
+            self.seq,
+            &ts,
+            crate::clock::mono_ns(),
+            &self.prev,
+            ev,
+        )
+        .map_err(io::Error::other)?;
         if line.len() > MAX_LINE {
-            return Err(io::Error::other(format!("record of {} bytes over the line cap", line.len())));
+            return Err(io::Error::other(format!(
+                "record of {} bytes over the line cap",
+                line.len()
+            )));
         }
         let hash = chain::line_hash(&line);
         line.push(b'\n');
         self.poisoned = true;
         match self.file.write(&line) {
             Ok(n) if n == line.len() => {}
-            Ok(n) => return Err(io::Error::other(format!("short write: {n} of {} bytes", line.len()))),
+            Ok(n) => {
+                return Err(io::Error::other(format!(
+                    "short write: {n} of {} bytes",
+                    line.len()
+                )))
+            }
             Err(e) => return Err(e),
         }
         nix::unistd::fdatasync(&self.file)?;

@@ -98,12 +98,11 @@ pub fn open_parent(path: &Path) -> Result<Parent, PathError> {
     };
     let name = cname(last)?;
     let mut at = PathBuf::from("/");
-    let mut fd = openat(AT_FDCWD, "/", dir_flags(), Mode::empty()).map_err(|e| {
-        PathError::NotReal {
+    let mut fd =
+        openat(AT_FDCWD, "/", dir_flags(), Mode::empty()).map_err(|e| PathError::NotReal {
             at: at.clone(),
             err: e.into(),
-        }
-    })?;
+        })?;
     for p in parts {
         at.push(p);
         let c = cname(p)?;
@@ -115,11 +114,7 @@ pub fn open_parent(path: &Path) -> Result<Parent, PathError> {
         })?;
     }
     at.push(last);
-    Ok(Parent {
-        fd,
-        name,
-        path: at,
-    })
+    Ok(Parent { fd, name, path: at })
 }
 
 impl Parent {

@@ -125,7 +125,10 @@ pub enum BeginError {
     Path(PathError),
     /// DIR already exists (as anything).
     Exists(String),
-    Io { what: String, err: io::Error },
+    Io {
+        what: String,
+        err: io::Error,
+    },
 }
 
 impl std::fmt::Display for BeginError {
@@ -160,7 +163,10 @@ pub fn create_exclusive(dir: BorrowedFd<'_>, name: &str) -> io::Result<std::fs::
 }
 
 /// `rea-stage begin`: mkdir 0700, write the receipt, return its digest.
-pub fn begin(dir: &std::path::Path, files: &[String]) -> Result<(String, BeforeTransfer), BeginError> {
+pub fn begin(
+    dir: &std::path::Path,
+    files: &[String],
+) -> Result<(String, BeforeTransfer), BeginError> {
     check_names(files).map_err(BeginError::Names)?;
     let parent = open_parent(dir).map_err(BeginError::Path)?;
     let shown = parent.path.display().to_string();
@@ -169,14 +175,21 @@ pub fn begin(dir: &std::path::Path, files: &[String]) -> Result<(String, BeforeT
         move |err: io::Error| BeginError::Io { what, err }
     };
     let nonce = nonce().map_err(io_err("reading /dev/urandom for"))?;
-    match mkdirat(parent.fd.as_fd(), parent.name.as_c_str(), Mode::from_bits_truncate(0o700)) {
+    match mkdirat(
+        parent.fd.as_fd(),
+        parent.name.as_c_str(),
+        Mode::from_bits_truncate(0o700),
+    ) {
         Ok(()) => {}
         Err(nix::errno::Errno::EEXIST) => return Err(BeginError::Exists(shown)),
         Err(e) => return Err(io_err("mkdir")(e.into())),
     }
-    let stage = parent.open_stage().map_err(io_err("opening the new stage"))?;
+    let stage = parent
+        .open_stage()
+        .map_err(io_err("opening the new stage"))?;
     let id = Id::of(stage.as_fd()).map_err(io_err("fstat"))?;
-    let mut f = create_exclusive(stage.as_fd(), RECEIPT_NAME).map_err(io_err("creating the receipt in"))?;
+    let mut f =
+        create_exclusive(stage.as_fd(), RECEIPT_NAME).map_err(io_err("creating the receipt in"))?;
     let own = Id::of(f.as_fd()).map_err(io_err("fstat the receipt in"))?;
     let receipt = BeforeTransfer {
         kind: KIND.into(),
@@ -193,9 +206,11 @@ pub fn begin(dir: &std::path::Path, files: &[String]) -> Result<(String, BeforeT
         nonce,
         ts: crate::clock::rfc3339_now(),
     };
-    let mut bytes = serde_json::to_vec(&receipt).map_err(|e| io_err("encoding the receipt of")(io::Error::other(e)))?;
+    let mut bytes = serde_json::to_vec(&receipt)
+        .map_err(|e| io_err("encoding the receipt of")(io::Error::other(e)))?;
     bytes.push(b'\n');
-    f.write_all(&bytes).map_err(io_err("writing the receipt in"))?;
+    f.write_all(&bytes)
+        .map_err(io_err("writing the receipt in"))?;
     f.sync_all().map_err(io_err("fsync the receipt in"))?;
     nix::unistd::fsync(&stage).map_err(|e| io_err("fsync")(e.into()))?;
     nix::unistd::fsync(&parent.fd).map_err(|e| io_err("fsync the parent of")(e.into()))?;
@@ -212,7 +227,10 @@ pub fn parse(bytes: &[u8]) -> Result<BeforeTransfer, String> {
     }
     let r: BeforeTransfer = serde_json::from_slice(body).map_err(|e| e.to_string())?;
     if r.kind != KIND || r.version != VERSION {
-        return Err(format!("kind {:?} version {} is not a before-transfer receipt", r.kind, r.version));
+        return Err(format!(
+            "kind {:?} version {} is not a before-transfer receipt",
+            r.kind, r.version
+        ));
     }
     check_names(&r.files).map_err(|b| b.to_string())?;
     Ok(r)

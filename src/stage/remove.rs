@@ -31,13 +31,30 @@ pub fn unlink_entry(dirfd: BorrowedFd<'_>, raw: &[u8], was: &Entry) -> Result<()
     let c = CString::new(raw).map_err(|_| Refusal::new(Code::IoError, name, "NUL in a name"))?;
     match unchanged(dirfd, c.as_c_str(), was) {
         Ok(true) => {}
-        Ok(false) => return Err(concurrent(name, format!("{} changed after it was inventoried", was.name))),
-        Err(e) => return Err(concurrent(name, format!("{} is gone or unreadable: {e}", was.name))),
+        Ok(false) => {
+            return Err(concurrent(
+                name,
+                format!("{} changed after it was inventoried", was.name),
+            ))
+        }
+        Err(e) => {
+            return Err(concurrent(
+                name,
+                format!("{} is gone or unreadable: {e}", was.name),
+            ))
+        }
     }
     match unlinkat(dirfd, c.as_c_str(), UnlinkatFlags::NoRemoveDir) {
         Ok(()) => Ok(()),
-        Err(Errno::ENOENT) => Err(concurrent(name, format!("{} vanished before it was removed", was.name))),
-        Err(e) => Err(Refusal::new(Code::IoError, name, format!("unlink {}: {e}", was.name))),
+        Err(Errno::ENOENT) => Err(concurrent(
+            name,
+            format!("{} vanished before it was removed", was.name),
+        )),
+        Err(e) => Err(Refusal::new(
+            Code::IoError,
+            name,
+            format!("unlink {}: {e}", was.name),
+        )),
     }
 }
 
@@ -75,12 +92,17 @@ pub fn remove_stage(parent: &Parent, stage: BorrowedFd<'_>, opened: Id) -> Resul
         }
         Err(e) => return Err(concurrent(None, format!("the stage's name is gone: {e}"))),
     }
-    match unlinkat(parent.fd.as_fd(), parent.name.as_c_str(), UnlinkatFlags::RemoveDir) {
+    match unlinkat(
+        parent.fd.as_fd(),
+        parent.name.as_c_str(),
+        UnlinkatFlags::RemoveDir,
+    ) {
         Ok(()) => Ok(()),
         Err(Errno::ENOTEMPTY | Errno::EEXIST) => {
             let now = match names(stage, 8) {
                 Ok((n, more)) => {
-                    let mut s: Vec<String> = n.iter().map(|b| super::decide::escape_name(b)).collect();
+                    let mut s: Vec<String> =
+                        n.iter().map(|b| super::decide::escape_name(b)).collect();
                     if more {
                         s.push("...".into());
                     }
@@ -88,7 +110,10 @@ pub fn remove_stage(parent: &Parent, stage: BorrowedFd<'_>, opened: Id) -> Resul
                 }
                 Err(e) => format!("(cannot list: {e})"),
             };
-            Err(concurrent(None, format!("rmdir: the stage is not empty (new entries: {now}); nothing forced")))
+            Err(concurrent(
+                None,
+                format!("rmdir: the stage is not empty (new entries: {now}); nothing forced"),
+            ))
         }
         Err(e) => Err(Refusal::new(Code::IoError, None, format!("rmdir: {e}"))),
     }
