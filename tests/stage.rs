@@ -56,7 +56,14 @@ fn begin(dir: &Path, files: &[&str]) -> String {
 
 fn discard(dir: &Path, hex: &str, log: &Path) -> (i32, String, String) {
     stage_cmd(
-        &["discard", s(dir), "--receipt-sha256", hex, "--audit-log", s(log)],
+        &[
+            "discard",
+            s(dir),
+            "--receipt-sha256",
+            hex,
+            "--audit-log",
+            s(log),
+        ],
         None,
     )
 }
@@ -173,12 +180,22 @@ fn assert_discarded(f: &Fixture, files_left: usize) {
     assert_eq!(d["removed"], (files_left + 1) as u64);
     assert_eq!(d["stage_removed"], true);
     let removed: Vec<&Value> = recs.iter().filter(|r| r["kind"] == "removed").collect();
-    assert_eq!(removed.len(), files_left + 2, "every entry, the receipt, the stage");
-    assert_eq!(removed[files_left]["data"]["what"], "receipt", "the receipt last");
+    assert_eq!(
+        removed.len(),
+        files_left + 2,
+        "every entry, the receipt, the stage"
+    );
+    assert_eq!(
+        removed[files_left]["data"]["what"], "receipt",
+        "the receipt last"
+    );
     assert_eq!(removed[files_left + 1]["data"]["what"], "stage");
     let (vc, v) = verify(&f.log);
     assert_eq!((vc, v["result"].as_str()), (0, Some("discarded")), "{v:#}");
-    assert_eq!(v["head"], serde_json::from_str::<Value>(&out).unwrap()["head"]);
+    assert_eq!(
+        v["head"],
+        serde_json::from_str::<Value>(&out).unwrap()["head"]
+    );
 }
 
 /// A discard that must be refused for `code`: exit 1, nothing changed.
@@ -307,8 +324,11 @@ fn a_hard_linked_file_is_refused() {
 #[test]
 fn a_fifo_is_refused() {
     let f = Fixture::new(&FILES[..1]);
-    nix::unistd::mkfifo(&f.dir.join(FILES[1]), nix::sys::stat::Mode::from_bits_truncate(0o600))
-        .unwrap();
+    nix::unistd::mkfifo(
+        &f.dir.join(FILES[1]),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
     let d = assert_refused(&f, "not_regular");
     assert_eq!(refusal(&d, "not_regular")["type"], "fifo");
 }
@@ -377,7 +397,10 @@ fn a_stage_replaced_by_another_directory_with_the_receipt_copied_is_refused() {
     let name = ".rea-before-transfer";
     std::fs::copy(away.join(name), f.dir.join(name)).unwrap();
     let d = assert_refused(&f, "identity_mismatch");
-    assert!(codes(&d).contains(&"receipt_inode_mismatch".to_string()), "{d:#}");
+    assert!(
+        codes(&d).contains(&"receipt_inode_mismatch".to_string()),
+        "{d:#}"
+    );
 }
 
 #[test]
@@ -432,7 +455,14 @@ fn an_entry_added_while_discard_runs_is_never_forced() {
     let fifo = f.scratch.path("pause");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
     let child = Command::new(stage_bin())
-        .args(["discard", s(&f.dir), "--receipt-sha256", &f.hex, "--audit-log", s(&f.log)])
+        .args([
+            "discard",
+            s(&f.dir),
+            "--receipt-sha256",
+            &f.hex,
+            "--audit-log",
+            s(&f.log),
+        ])
         .env(PAUSE_ENV, &fifo)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -468,7 +498,14 @@ fn the_pause_hook_alone_changes_nothing() {
     let fifo = f.scratch.path("pause");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
     let child = Command::new(stage_bin())
-        .args(["discard", s(&f.dir), "--receipt-sha256", &f.hex, "--audit-log", s(&f.log)])
+        .args([
+            "discard",
+            s(&f.dir),
+            "--receipt-sha256",
+            &f.hex,
+            "--audit-log",
+            s(&f.log),
+        ])
         .env(PAUSE_ENV, &fifo)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -501,7 +538,11 @@ fn begin_refuses_an_existing_dir_a_symlinked_parent_and_bad_names() {
     let (code, _, err) = stage_cmd(&["begin", s(&through), "--file", "a"], None);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("not a real directory"), "{err}");
-    assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0, "nothing created");
+    assert_eq!(
+        std::fs::read_dir(&real).unwrap().count(),
+        0,
+        "nothing created"
+    );
 
     let long = "n".repeat(256);
     let bad: [(&[&str], &str); 8] = [
@@ -589,11 +630,19 @@ fn a_tampered_discard_log_verifies_as_tampered_and_a_torn_one_as_incomplete() {
     let v = check("flipped", &flipped, (3, "tampered"));
     assert!(v.to_string().contains("decision_mismatch"), "{v:#}");
     let lines: Vec<&str> = text.lines().collect();
-    check("cut", &format!("{}\n", lines[..2].join("\n")), (2, "incomplete"));
+    check(
+        "cut",
+        &format!("{}\n", lines[..2].join("\n")),
+        (2, "incomplete"),
+    );
     check("torn", &text[..text.len() - 5], (2, "incomplete"));
     let swapped = format!("{}\n{}\n{}\n", lines[1], lines[0], lines[2]);
     check("swapped", &swapped, (3, "tampered"));
-    check("appended", &format!("{text}{}\n", lines[2]), (3, "tampered"));
+    check(
+        "appended",
+        &format!("{text}{}\n", lines[2]),
+        (3, "tampered"),
+    );
     check("intact", &text, (1, "refused"));
 }
 
@@ -629,7 +678,10 @@ fn the_real_watchdog_arms_the_stage_before_its_first_spawn() {
     assert_eq!(&k[..3], ["run_started", "root_bound", "stage_armed"]);
     let first_spawn = k.iter().position(|k| *k == "job_spawned").unwrap();
     assert!(first_spawn > 2);
-    assert_eq!(recs[2]["data"]["ino"], std::fs::metadata(&marker).unwrap().ino());
+    assert_eq!(
+        recs[2]["data"]["ino"],
+        std::fs::metadata(&marker).unwrap().ino()
+    );
     let (code, v) = w.verify(&["--staging", s(&staging)]);
     assert_eq!(code, 0, "an armed stage's log still verifies: {v:#}");
 
@@ -657,7 +709,10 @@ fn the_real_watchdog_arms_the_stage_before_its_first_spawn() {
     assert!(!out.status.success());
     assert!(err.contains("already armed"), "{err}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("ready"));
-    assert_eq!(std::fs::read_to_string(&marker).unwrap(), format!("{}\n", w.run_id()));
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap(),
+        format!("{}\n", w.run_id())
+    );
 }
 
 // ------------------------------------------------------------ the pure decision
@@ -694,7 +749,11 @@ mod decision {
                 uid: UID,
                 mode: 0o40700,
             },
-            entries: vec![receipt, entry("a", EntryType::File, 3), entry("b", EntryType::File, 4)],
+            entries: vec![
+                receipt,
+                entry("a", EntryType::File, 3),
+                entry("b", EntryType::File, 4),
+            ],
             truncated: false,
             changed: vec![],
             receipt: Some(Ok(BeforeTransfer {
@@ -729,23 +788,53 @@ mod decision {
     #[test]
     fn each_fact_that_breaks_the_rule_has_its_own_code() {
         let cases: Vec<(Code, Box<dyn Fn(&mut Facts)>)> = vec![
-            (Code::ReceiptHashMismatch, Box::new(|f| f.expected = "c".repeat(64))),
-            (Code::ReceiptMissing, Box::new(|f| {
-                f.entries.remove(0);
-            })),
-            (Code::ReceiptInvalid, Box::new(|f| f.receipt = Some(Err("bad".into())))),
+            (
+                Code::ReceiptHashMismatch,
+                Box::new(|f| f.expected = "c".repeat(64)),
+            ),
+            (
+                Code::ReceiptMissing,
+                Box::new(|f| {
+                    f.entries.remove(0);
+                }),
+            ),
+            (
+                Code::ReceiptInvalid,
+                Box::new(|f| f.receipt = Some(Err("bad".into()))),
+            ),
             (Code::ReceiptTooLarge, Box::new(|f| f.receipt = None)),
-            (Code::ReceiptNotRegular, Box::new(|f| f.entries[0].kind = EntryType::Symlink)),
-            (Code::ReceiptInodeMismatch, Box::new(|f| f.entries[0].ino = 99)),
+            (
+                Code::ReceiptNotRegular,
+                Box::new(|f| f.entries[0].kind = EntryType::Symlink),
+            ),
+            (
+                Code::ReceiptInodeMismatch,
+                Box::new(|f| f.entries[0].ino = 99),
+            ),
             (Code::IdentityMismatch, Box::new(|f| f.stage.ino = 98)),
-            (Code::Armed, Box::new(|f| f.entries.push(entry(".rea-exec-started", EntryType::File, 9)))),
-            (Code::UndeclaredEntry, Box::new(|f| f.entries.push(entry("z", EntryType::File, 9)))),
-            (Code::NotRegular, Box::new(|f| f.entries[1].kind = EntryType::Fifo)),
+            (
+                Code::Armed,
+                Box::new(|f| {
+                    f.entries
+                        .push(entry(".rea-exec-started", EntryType::File, 9))
+                }),
+            ),
+            (
+                Code::UndeclaredEntry,
+                Box::new(|f| f.entries.push(entry("z", EntryType::File, 9))),
+            ),
+            (
+                Code::NotRegular,
+                Box::new(|f| f.entries[1].kind = EntryType::Fifo),
+            ),
             (Code::HardLinked, Box::new(|f| f.entries[1].nlink = 2)),
             (Code::ForeignUid, Box::new(|f| f.entries[2].uid = 12345)),
             (Code::OtherFilesystem, Box::new(|f| f.entries[2].dev = 8)),
             (Code::TooManyEntries, Box::new(|f| f.truncated = true)),
-            (Code::ConcurrentChange, Box::new(|f| f.changed.push("a".into()))),
+            (
+                Code::ConcurrentChange,
+                Box::new(|f| f.changed.push("a".into())),
+            ),
         ];
         for (want, break_it) in cases {
             let mut f = facts();
@@ -770,9 +859,14 @@ mod decision {
         if let Some(Ok(r)) = f.receipt.as_mut() {
             r.files.push("Grüße".into());
         }
-        f.entries.push(entry(&rea::stage::decide::escape_name("Grüße".as_bytes()), EntryType::File, 9));
+        f.entries.push(entry(
+            &rea::stage::decide::escape_name("Grüße".as_bytes()),
+            EntryType::File,
+            9,
+        ));
         assert!(decide(&f).is_empty());
-        f.entries.push(entry("Gr\\xc3\\xbc\\xc3\\x9fe2", EntryType::File, 10));
+        f.entries
+            .push(entry("Gr\\xc3\\xbc\\xc3\\x9fe2", EntryType::File, 10));
         assert_eq!(codes(&f), [Code::UndeclaredEntry]);
     }
 }

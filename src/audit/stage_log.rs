@@ -22,7 +22,7 @@ use super::reader::{open_log, read_lines, OpenError, Piece};
 use super::writer::MAX_LINE;
 use crate::stage::decide::{decide, plan, Code, Facts, Refusal};
 use crate::stage::log::{
-    encode, DiscardDecided, Outcome, Removed, StageEvent, StageInventoried, VERSION,
+    encode, DiscardDecided, Outcome, Removed, StageEvent, StageInventoried, KINDS, VERSION,
 };
 
 /// What a discard log shows; each its own exit code (as for watchdog logs).
@@ -109,8 +109,9 @@ struct KindOnly<'a> {
     kind: Cow<'a, str>,
 }
 
-/// Whether the log's first line is a `discard_started` record (routing
-/// only: everything is checked strictly afterwards).
+/// Whether the log's first line is a record of a discard log (any of its
+/// kinds, so a reordered one is judged here too; routing only: everything
+/// is checked strictly afterwards).
 pub fn is_stage_log(path: &Path) -> bool {
     let Ok(f) = open_log(path) else {
         return false;
@@ -120,7 +121,7 @@ pub fn is_stage_log(path: &Path) -> bool {
         return false;
     }
     let line = first.split(|&b| b == b'\n').next().unwrap_or(&[]);
-    serde_json::from_slice::<KindOnly>(line).is_ok_and(|k| k.kind == "discard_started")
+    serde_json::from_slice::<KindOnly>(line).is_ok_and(|k| KINDS.contains(&k.kind.as_ref()))
 }
 
 #[derive(Deserialize)]
