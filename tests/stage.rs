@@ -787,7 +787,8 @@ mod decision {
 
     #[test]
     fn each_fact_that_breaks_the_rule_has_its_own_code() {
-        let cases: Vec<(Code, Box<dyn Fn(&mut Facts)>)> = vec![
+        type Breaker = Box<dyn Fn(&mut Facts)>;
+        let cases: Vec<(Code, Breaker)> = vec![
             (
                 Code::ReceiptHashMismatch,
                 Box::new(|f| f.expected = "c".repeat(64)),

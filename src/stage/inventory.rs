@@ -61,7 +61,7 @@ pub fn entry_of(name: &[u8], st: &FileStat) -> Entry {
         kind: EntryType::of_mode(st.st_mode),
         size: st.st_size as u64,
         uid: st.st_uid,
-        nlink: st.st_nlink as u64,
+        nlink: st.st_nlink,
         dev: st.st_dev,
         ino: st.st_ino,
         sha256: None,
