@@ -685,6 +685,29 @@ fn the_real_watchdog_arms_the_stage_before_its_first_spawn() {
     let (code, v) = w.verify(&["--staging", s(&staging)]);
     assert_eq!(code, 0, "an armed stage's log still verifies: {v:#}");
 
+    // A forger moving stage_armed after the first spawn (re-chained, seq
+    // renumbered) is caught by the replay: arming comes before any spawn.
+    let mut lines = common::logs::read_lines(&w.audit_log);
+    let armed = lines.remove(2);
+    // ... with a mono_ns between its new neighbours'.
+    let mono = |l: &[u8]| serde_json::from_slice::<Value>(l).unwrap()["mono_ns"].clone();
+    let (was, now) = (mono(&armed), mono(&lines[first_spawn - 1]));
+    let armed = common::logs::replace_once(
+        &armed,
+        &format!("\"mono_ns\":{was},"),
+        format!("\"mono_ns\":{now},").as_bytes(),
+    );
+    lines.insert(first_spawn, armed);
+    for (i, l) in lines.iter_mut().enumerate() {
+        *l = common::logs::with_seq(l, i as u64);
+    }
+    common::logs::rechain(&mut lines, &w.run_id(), 0);
+    let forged = w.scratch.path("forged.jsonl");
+    common::logs::write_lines(&forged, &lines);
+    let (code, v) = common::harness::verify_log(&forged, &["--staging", s(&staging)]);
+    assert_eq!(code, 3, "{v:#}");
+    assert!(v.to_string().contains("stage_armed"), "{v:#}");
+
     // From now on, discard refuses and removes nothing.
     let log = w.scratch.path("discard.jsonl");
     let before = snapshot(&staging);
