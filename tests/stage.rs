@@ -644,6 +644,13 @@ fn a_tampered_discard_log_verifies_as_tampered_and_a_torn_one_as_incomplete() {
         (3, "tampered"),
     );
     check("intact", &text, (1, "refused"));
+    let show = Command::new(env!("CARGO_BIN_EXE_rea-audit"))
+        .args(["show", s(&f.log)])
+        .output()
+        .unwrap();
+    let show = String::from_utf8_lossy(&show.stdout);
+    assert!(show.contains("Refused undeclared_entry"), "{show}");
+    assert!(!show.contains("unreadable"), "{show}");
 }
 
 // ------------------------------------------------------------ the watchdog arms it

@@ -536,3 +536,32 @@ impl StageVerdict {
         s.lines().map(|l| super::people::escape(l) + "\n").collect()
     }
 }
+
+/// One line of a discard log for `rea-audit show` (`None`: not one).
+pub fn show_line(line: &[u8]) -> Option<String> {
+    let w: Wire = serde_json::from_slice(line).ok()?;
+    let ev = StageEvent::parse(&w.kind, w.data.get())?.ok()?;
+    let what = match &ev {
+        StageEvent::Started(s) => format!(
+            "stage {} receipt {} declared [{}]",
+            s.stage,
+            s.receipt_sha256,
+            s.declared.join(", ")
+        ),
+        StageEvent::Inventoried(i) => {
+            let es: Vec<String> = i
+                .entries
+                .iter()
+                .map(|e| format!("{} ({:?}, {} bytes)", e.name, e.kind, e.size))
+                .collect();
+            format!("{} entries: {}", i.entries.len(), es.join(", "))
+        }
+        StageEvent::Approved(a) => format!("removing {}", a.plan.join(", ")),
+        StageEvent::Removed(r) => format!("removed {:?} {} (inode {})", r.what, r.name, r.ino),
+        StageEvent::Decided(d) => {
+            let codes: Vec<String> = d.reasons.iter().map(|r| r.code.as_str()).collect();
+            format!("{:?} {}", d.outcome, codes.join(", "))
+        }
+    };
+    Some(format!("{:>5} {:<22} {what}", w.seq, w.kind))
+}

@@ -53,7 +53,8 @@ enum Cmd {
     /// Check the log and print the verdict (exit 0 only for delete_allowed).
     #[command(after_help = EXIT_HELP)]
     Verify {
-        /// The audit log (JSON Lines) written by rea-watchdog.
+        /// The audit log (JSON Lines) written by rea-watchdog, or a discard
+        /// log written by rea-stage discard.
         log: PathBuf,
         /// The head hash the controller pinned when the watchdog sealed the log.
         #[arg(long, value_name = "HEX")]

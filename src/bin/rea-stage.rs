@@ -25,7 +25,11 @@ Exit codes (discard):
 
 Every decision, the inventory and each removal are in FILE, a hash-chained log
 (SPEC 4's chain rule): `rea-audit verify FILE` says discarded or refused.
-rea-stage never signals anything.";
+rea-stage never signals anything.
+
+Test hook: REA_STAGE_PAUSE_BEFORE_RMDIR=FIFO makes discard read one byte from
+FIFO right before its final rmdir (tests use it to change the stage at that
+exact point). It can only delay: every check after it runs as it would.";
 
 #[derive(Parser)]
 #[command(
@@ -62,6 +66,7 @@ enum Cmd {
     /// remove nothing. Everything is recorded in FILE.
     #[command(after_help = EXIT_HELP)]
     Discard {
+        /// The stage `begin` created.
         dir: PathBuf,
         /// The SHA-256 `begin` printed.
         #[arg(long, value_name = "HEX")]
