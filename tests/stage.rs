@@ -653,6 +653,36 @@ fn a_tampered_discard_log_verifies_as_tampered_and_a_torn_one_as_incomplete() {
     assert!(!show.contains("unreadable"), "{show}");
 }
 
+#[test]
+fn a_rechained_discard_log_that_disagrees_with_itself_is_tampered() {
+    let f = Fixture::new(&FILES[..2]);
+    assert_eq!(f.discard().0, 0);
+    let mut lines = common::logs::read_lines(&f.log);
+    let run = stage_records(&f.log)[0]["run"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A forger who knows the chain rule: one removal's inode changed, the
+    // chain recomputed. Only the decision check can see it.
+    let k = lines
+        .iter()
+        .position(|l| l.windows(9).any(|w| w == b"\"removed\""))
+        .unwrap();
+    let r: Value = serde_json::from_slice(&lines[k]).unwrap();
+    let ino = r["data"]["ino"].as_u64().unwrap();
+    lines[k] = common::logs::replace_once(
+        &lines[k],
+        &format!("\"ino\":{ino}}}"),
+        format!("\"ino\":{}}}", ino + 1).as_bytes(),
+    );
+    common::logs::rechain(&mut lines, &run, 0);
+    let forged = f.scratch.path("forged.jsonl");
+    common::logs::write_lines(&forged, &lines);
+    let (code, v) = verify(&forged);
+    assert_eq!((code, v["result"].as_str()), (3, Some("tampered")), "{v:#}");
+    assert!(v.to_string().contains("decision_mismatch"), "{v:#}");
+}
+
 // ------------------------------------------------------------ the watchdog arms it
 
 #[test]

@@ -332,7 +332,7 @@ fn structure(c: &mut Check) -> Option<DiscardDecided> {
     let mut started = None;
     let mut inv: Option<StageInventoried> = None;
     let mut approved = None;
-    let mut removed: Vec<(String, Removed)> = Vec::new();
+    let mut removed: Vec<(String, Removed, u64)> = Vec::new();
     let mut decided: Option<(u64, DiscardDecided)> = None;
     for (n, ev) in events {
         if let Some((d, _)) = &decided {
@@ -349,7 +349,7 @@ fn structure(c: &mut Check) -> Option<DiscardDecided> {
             StageEvent::Approved(a) => inv.is_some() && approved.replace(a).is_none(),
             StageEvent::Removed(r) => {
                 let ok = approved.is_some() && removed.last().is_none_or(|l| l.1 != Removed::Stage);
-                removed.push((r.name, r.what));
+                removed.push((r.name, r.what, r.ino));
                 ok
             }
             StageEvent::Decided(d) => {
@@ -411,7 +411,8 @@ fn structure(c: &mut Check) -> Option<DiscardDecided> {
             }
             match (&facts, &again) {
                 (Some(f), Some(r)) if r.is_empty() => {
-                    let mut want: Vec<(String, Removed)> = plan(f)
+                    let ino = |n: &str| f.entries.iter().find(|e| e.name == n).map_or(0, |e| e.ino);
+                    let mut want: Vec<(String, Removed, u64)> = plan(f)
                         .into_iter()
                         .map(|n| {
                             let w = if n == crate::stage::RECEIPT_NAME {
@@ -419,14 +420,15 @@ fn structure(c: &mut Check) -> Option<DiscardDecided> {
                             } else {
                                 Removed::File
                             };
-                            (n, w)
+                            let i = ino(&n);
+                            (n, w, i)
                         })
                         .collect();
                     let stage = started
                         .as_ref()
                         .map(|s| s.stage.clone())
                         .unwrap_or_default();
-                    want.push((stage, Removed::Stage));
+                    want.push((stage, Removed::Stage, f.stage.ino));
                     if removed != want {
                         bad(c, "discarded, but the removals recorded are not every inventoried entry, the receipt last, then the stage".into());
                     }

@@ -93,7 +93,13 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("rea-stage: begin: {e}; nothing was created");
+                let left = match e {
+                    BeginError::Io { .. } => {
+                        "DIR may exist without a complete receipt (discard refuses it)"
+                    }
+                    _ => "nothing was created",
+                };
+                eprintln!("rea-stage: begin: {e}; {left}");
                 let code = match e {
                     BeginError::Names(_) => EXIT_USAGE,
                     BeginError::Path(_) | BeginError::Exists(_) => 1,
