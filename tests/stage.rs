@@ -147,6 +147,9 @@ fn verify(log: &Path) -> (i32, Value) {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
     });
+    let errors = schema_errors(&compile("stage-verdict"), &v);
+    assert!(errors.is_empty(), "stage-verdict.schema.json: {errors:?}\n{v:#}");
+    assert_eq!(v["exit_code"], out.status.code().unwrap_or(-1));
     (out.status.code().unwrap_or(-1), v)
 }
 
