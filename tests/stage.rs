@@ -148,7 +148,10 @@ fn verify(log: &Path) -> (i32, Value) {
         panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
     });
     let errors = schema_errors(&compile("stage-verdict"), &v);
-    assert!(errors.is_empty(), "stage-verdict.schema.json: {errors:?}\n{v:#}");
+    assert!(
+        errors.is_empty(),
+        "stage-verdict.schema.json: {errors:?}\n{v:#}"
+    );
     assert_eq!(v["exit_code"], out.status.code().unwrap_or(-1));
     (out.status.code().unwrap_or(-1), v)
 }
