@@ -11,6 +11,7 @@ pub mod clock;
 pub mod inventory;
 pub mod process;
 pub mod protocol;
+pub mod stage;
 pub mod units;
 pub mod vocab;
 pub mod watchdog;

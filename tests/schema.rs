@@ -312,6 +312,11 @@ fn every_kind_events() -> Vec<Event> {
     let mut ev = vec![
         run_started(Some(staging_identity())),
         root_bound(),
+        Event::StageArmed(StageArmed {
+            path: staging_identity().path,
+            marker: ".rea-exec-started".into(),
+            ino: 5_242_881,
+        }),
         Event::RequestReceived(RequestReceived {
             id: Some("install-1".into()),
             op: Some(Op::Spawn),

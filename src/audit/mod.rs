@@ -12,6 +12,7 @@ pub mod record;
 pub mod replay;
 pub mod rules;
 pub mod show;
+pub mod stage_log;
 pub mod verdict;
 pub mod verify;
 pub mod writer;

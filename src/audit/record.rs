@@ -364,6 +364,20 @@ pub struct StagingInventoried {
     pub special_truncated: bool,
 }
 
+/// A stage made by `rea-stage begin` was armed (SPEC 7.1): the watchdog
+/// created `marker` in it exclusively, before its first spawn, so
+/// `rea-stage discard` refuses it from then on.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StageArmed {
+    /// The stage (as in `run_started`'s staging identity).
+    pub path: String,
+    /// The marker's name in the stage (`.rea-exec-started`).
+    pub marker: String,
+    /// The marker's inode.
+    pub ino: u64,
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ReplyFailed {
@@ -473,6 +487,7 @@ pub(crate) struct EventData<'a>(&'a Event);
 events! {
     RunStarted(RunStarted) = "run_started",
     RootBound(RootBound) = "root_bound",
+    StageArmed(StageArmed) = "stage_armed",
     RequestReceived(RequestReceived) = "request_received",
     RequestRefused(RequestRefused) = "request_refused",
     RequestsRefused(RequestsRefused) = "requests_refused",

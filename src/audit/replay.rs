@@ -175,6 +175,16 @@ impl Replay {
                 }
                 self.root.get_or_insert(b.root);
             }
+            Event::StageArmed(a) => {
+                // Written once, right after root_bound, and only for a stage.
+                let staged = self.start.as_ref().is_some_and(|s| s.staging.is_some());
+                if self.seen != 3 || !staged {
+                    self.push(mismatch(format!(
+                        "stage_armed ({}) is not the third record of a run with a staging directory",
+                        a.path
+                    )));
+                }
+            }
             Event::JobSpawned(j) => {
                 if self.last_job.is_some_and(|l| j.job <= l) || self.open.contains_key(&j.job) {
                     self.push(mismatch(format!(

@@ -57,6 +57,7 @@ pub fn summary(ev: &Event) -> String {
             r.staging.as_ref().map(|s| format!(", staging {}", s.path)).unwrap_or_default()
         ),
         Event::RootBound(r) => format!("root {} ({}) via {:?}", r.root.pid, r.comm, r.source),
+        Event::StageArmed(a) => format!("stage {} armed: {} (inode {}) before any spawn", a.path, a.marker, a.ino),
         Event::RequestReceived(r) => format!(
             "{} {} from {}",
             r.op.map(|o| format!("{o:?}").to_lowercase()).unwrap_or_else(|| "?".into()),
@@ -215,7 +216,9 @@ pub fn write_timeline<R: io::Read, W: Write>(r: R, out: &mut W) -> io::Result<()
                         summary(&rec.event)
                     )
                 }
-                Err(e) => format!("line {n}: unreadable ({:?}: {})", e.code, e.detail),
+                Err(e) => super::stage_log::show_line(line).unwrap_or_else(|| {
+                    format!("line {n}: unreadable ({:?}: {})", e.code, e.detail)
+                }),
             },
         };
         emit(text, out);

@@ -11,6 +11,7 @@ use rea::audit::reader::open_log;
 use rea::audit::reconcile::{reconcile, Options as ReconcileOptions, EXIT_ERROR};
 use rea::audit::reconcile_text::human;
 use rea::audit::show::write_timeline;
+use rea::audit::stage_log::{is_stage_log, verify_stage_file};
 use rea::audit::verdict::Status;
 use rea::audit::verify::{verify_file, VerifyOptions};
 use rea::vocab::is_token;
@@ -21,6 +22,15 @@ Exit codes (verify):
   1  retain          sealed and intact, but the receipt or staging forbids deletion
   2  incomplete      torn last line or no receipt: the watchdog did not finish
   3  tampered        chain, sequence, run, replay or pinned head do not hold
+  4  error           the log could not be read, or the command line is wrong
+
+A discard log (written by rea-stage discard; its first record is
+discard_started) is recognised and checked the same strict way (chain, seq,
+run, genesis, canonical lines, the decision last, agreeing with the records):
+  0  discarded       intact, and the stage was removed after every check held
+  1  refused         intact, and the discard refused (or stopped on a change)
+  2  incomplete      torn last line or no decision: the discard did not finish
+  3  tampered        chain, sequence, run, order or the decision do not hold
   4  error           the log could not be read, or the command line is wrong
 
 Only a pinned head (--expect-head) detects a log that was cut short and
@@ -64,7 +74,8 @@ enum Cmd {
     /// Check the log and print the verdict (exit 0 only for delete_allowed).
     #[command(after_help = EXIT_HELP)]
     Verify {
-        /// The audit log (JSON Lines) written by rea-watchdog.
+        /// The audit log (JSON Lines) written by rea-watchdog, or a discard
+        /// log written by rea-stage discard.
         log: PathBuf,
         /// The head hash the controller pinned when the watchdog sealed the log.
         #[arg(long, value_name = "HEX")]
@@ -135,6 +146,21 @@ fn main() -> ExitCode {
                 if !is_token(r) {
                     return usage("--expect-run must match [A-Za-z0-9_.-]{1,64}");
                 }
+            }
+            if is_stage_log(&log) {
+                if staging.is_some() {
+                    return usage("--staging does not apply to a discard log (rea-stage discard)");
+                }
+                let v = verify_stage_file(&log, expect_head.as_deref(), expect_run.as_deref());
+                if json {
+                    match serde_json::to_string_pretty(&v) {
+                        Ok(s) => println!("{s}"),
+                        Err(e) => return usage(&format!("cannot print the verdict: {e}")),
+                    }
+                } else {
+                    print!("{}", v.human());
+                }
+                return ExitCode::from(v.exit_code as u8);
             }
             let opts = VerifyOptions {
                 expect_head,

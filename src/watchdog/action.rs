@@ -86,7 +86,7 @@ impl Action {
         src.add(state.fifo.as_raw_fd(), Source::Fifo, Interest::READABLE)
             .map_err(|e| fail("request FIFO", e))?;
         let mut ledger = Ledger::new(audit);
-        ledger.start([first, root])?;
+        ledger.start([first, root], super::arm::then(&cfg, &staging_start))?;
         Ok(Action {
             cfg,
             me,

@@ -201,12 +201,23 @@ impl Ledger {
 
     /// Writes the first records, durably, at start (before anything runs);
     /// an error here means the action never starts.
-    pub fn start(&mut self, first: [Event; 2]) -> Result<(), String> {
+    /// The first records, durable; then `then` (arming the stage, the
+    /// first act after them: `arm::arm_stage`), and its record, durable.
+    pub fn start(
+        &mut self,
+        first: [Event; 2],
+        then: impl FnOnce() -> Result<Option<Event>, String>,
+    ) -> Result<(), String> {
         for ev in &first {
             self.audit.append(ev).map_err(|e| e.to_string())?;
             self.counts.add(ev);
         }
-        self.audit.sync().map_err(|e| e.to_string())
+        self.audit.sync().map_err(|e| e.to_string())?;
+        if let Some(ev) = then()? {
+            self.audit.record(&ev).map_err(|e| e.to_string())?;
+            self.counts.add(&ev);
+        }
+        Ok(())
     }
 
     /// A failure not yet acted on; each is handed out once.

@@ -1,6 +1,7 @@
 //! `rea-watchdog`: one process that owns every process of one action.
 
 pub mod action;
+pub mod arm;
 pub mod caller;
 pub mod config;
 pub mod detach;

@@ -1,0 +1,569 @@
+//! `rea-audit verify` for a discard log (`rea-stage discard`, SPEC 7.1).
+//!
+//! Detected by its first record's kind ([`is_stage_log`]); the watchdog's
+//! logs never reach this module. The same strictness as for those: lines
+//! read bounded by the cap, no BOM/CR, typed records with unknown fields
+//! refused, every line byte for byte the writer's encoding, `seq` 0, 1, 2,
+//! one run, the genesis and the chain; then the structure (started,
+//! inventoried, approved, removed..., decided, nothing after) and the
+//! decision itself: the decision function is run again on the recorded
+//! facts, so `discarded` holds only for a stage the rule accepts, and only
+//! with every planned removal and the directory's own recorded.
+
+use std::borrow::Cow;
+use std::io::Read;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::chain;
+use super::reader::{open_log, read_lines, OpenError, Piece};
+use super::writer::MAX_LINE;
+use crate::stage::decide::{decide, plan, Code, Facts, Refusal};
+use crate::stage::log::{
+    encode, DiscardDecided, Outcome, Removed, StageEvent, StageInventoried, KINDS, VERSION,
+};
+
+/// What a discard log shows; each its own exit code (as for watchdog logs).
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum StageResult {
+    Discarded,
+    Refused,
+    Incomplete,
+    Tampered,
+    Error,
+}
+
+impl StageResult {
+    pub fn exit_code(self) -> i32 {
+        self as i32
+    }
+}
+
+/// Why the log is not an intact, decided discard log.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Problem {
+    Malformed,
+    UnknownKind,
+    BadVersion,
+    NonCanonical,
+    SeqMismatch,
+    GenesisMismatch,
+    RunMismatch,
+    PrevMismatch,
+    MonoRegressed,
+    OutOfOrder,
+    RecordAfterDecision,
+    DecisionMismatch,
+    HeadMismatch,
+    ExpectRunMismatch,
+    EmptyLog,
+    TornLine,
+    NoDecision,
+    IoError,
+    NotARegularFile,
+}
+
+impl Problem {
+    pub fn class(self) -> StageResult {
+        use Problem::*;
+        match self {
+            EmptyLog | TornLine | NoDecision => StageResult::Incomplete,
+            IoError | NotARegularFile => StageResult::Error,
+            _ => StageResult::Tampered,
+        }
+    }
+}
+
+#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub code: Problem,
+    pub class: StageResult,
+    pub line: Option<u64>,
+    pub detail: String,
+}
+
+/// The object `verify --json` prints for a discard log.
+#[derive(Serialize, Clone, Debug)]
+pub struct StageVerdict {
+    pub log_kind: &'static str,
+    pub result: StageResult,
+    pub exit_code: i32,
+    pub log: String,
+    pub run: Option<String>,
+    pub records: u64,
+    pub head: Option<String>,
+    pub stage: Option<String>,
+    /// The decision as recorded (when the log is intact).
+    pub outcome: Option<Outcome>,
+    pub refusals: Vec<Refusal>,
+    pub problems: Vec<Finding>,
+}
+
+#[derive(Deserialize)]
+struct KindOnly<'a> {
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+}
+
+/// Whether the log's first line is a record of a discard log (any of its
+/// kinds, so a reordered one is judged here too; routing only: everything
+/// is checked strictly afterwards).
+pub fn is_stage_log(path: &Path) -> bool {
+    let Ok(f) = open_log(path) else {
+        return false;
+    };
+    let mut first = Vec::new();
+    if f.take(MAX_LINE as u64 + 1).read_to_end(&mut first).is_err() {
+        return false;
+    }
+    let line = first.split(|&b| b == b'\n').next().unwrap_or(&[]);
+    serde_json::from_slice::<KindOnly>(line).is_ok_and(|k| KINDS.contains(&k.kind.as_ref()))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire<'a> {
+    v: u32,
+    #[serde(borrow)]
+    run: Cow<'a, str>,
+    seq: u64,
+    #[serde(borrow)]
+    ts: Cow<'a, str>,
+    mono_ns: u64,
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    prev: Cow<'a, str>,
+    #[serde(borrow)]
+    data: &'a RawValue,
+}
+
+#[derive(Default)]
+struct Check {
+    found: Vec<Finding>,
+    lines: u64,
+    run: Option<String>,
+    prev: Option<String>,
+    mono: Option<u64>,
+    stage: Option<String>,
+    events: Vec<(u64, StageEvent)>,
+}
+
+impl Check {
+    fn push(&mut self, code: Problem, line: Option<u64>, detail: impl Into<String>) {
+        if self.found.len() < 64 {
+            self.found.push(Finding {
+                code,
+                class: code.class(),
+                line,
+                detail: detail.into(),
+            });
+        }
+    }
+
+    fn line(&mut self, bytes: &[u8]) {
+        self.lines += 1;
+        let n = self.lines;
+        let hash = chain::line_hash(bytes);
+        let prev = self.prev.replace(hash);
+        if bytes.contains(&b'\r') || !bytes.starts_with(b"{") {
+            return self.push(
+                Problem::Malformed,
+                Some(n),
+                "not a JSON object on one line without CR",
+            );
+        }
+        let w: Wire = match serde_json::from_slice(bytes) {
+            Ok(w) => w,
+            Err(e) => return self.push(Problem::Malformed, Some(n), e.to_string()),
+        };
+        let ev = match StageEvent::parse(&w.kind, w.data.get()) {
+            None => {
+                return self.push(
+                    Problem::UnknownKind,
+                    Some(n),
+                    format!("kind {:?}", crate::vocab::bounded(&w.kind)),
+                )
+            }
+            Some(Err(e)) => {
+                return self.push(Problem::Malformed, Some(n), format!("{} data: {e}", w.kind))
+            }
+            Some(Ok(ev)) => ev,
+        };
+        if w.v != VERSION {
+            self.push(Problem::BadVersion, Some(n), format!("v is {}", w.v));
+        }
+        let ts_ok = chrono::DateTime::parse_from_rfc3339(&w.ts).is_ok() && w.ts.ends_with('Z');
+        let canon = encode(&w.run, w.seq, &w.ts, w.mono_ns, &w.prev, &ev).is_ok_and(|c| c == bytes);
+        if !canon || !ts_ok || !crate::vocab::is_token(&w.run) {
+            self.push(
+                Problem::NonCanonical,
+                Some(n),
+                "not byte for byte the writer's encoding of this record",
+            );
+        }
+        if w.seq != n - 1 {
+            self.push(
+                Problem::SeqMismatch,
+                Some(n),
+                format!("seq {} where {} belongs", w.seq, n - 1),
+            );
+        }
+        if self.mono.is_some_and(|m| w.mono_ns < m) {
+            self.push(
+                Problem::MonoRegressed,
+                Some(n),
+                "mono_ns is before the previous record's",
+            );
+        }
+        self.mono = Some(w.mono_ns);
+        match (&self.run, prev) {
+            (None, _) => {
+                if w.prev != chain::genesis(&w.run) {
+                    self.push(
+                        Problem::GenesisMismatch,
+                        Some(n),
+                        "prev of the first record is not the genesis hash of its run",
+                    );
+                }
+                self.run = Some(w.run.to_string());
+            }
+            (Some(run), _) if run.as_str() != w.run => {
+                let d = format!("record of run {} in a log of run {run}", w.run);
+                self.push(Problem::RunMismatch, Some(n), d);
+            }
+            (Some(_), p) if p.as_deref() != Some(w.prev.as_ref()) => {
+                self.push(
+                    Problem::PrevMismatch,
+                    Some(n),
+                    "prev is not the hash of the line before: the chain is broken here",
+                );
+            }
+            _ => {}
+        }
+        // A discard log holds a handful of records (at most a few hundred).
+        if self.events.len() < 1024 {
+            self.events.push((n, ev));
+        } else {
+            self.push(
+                Problem::OutOfOrder,
+                Some(n),
+                "more records than any discard writes",
+            );
+        }
+    }
+}
+
+/// Verifies the discard log at `path`; never fails.
+pub fn verify_stage_file(
+    path: &Path,
+    expect_head: Option<&str>,
+    expect_run: Option<&str>,
+) -> StageVerdict {
+    let mut c = Check::default();
+    let name = path.display().to_string();
+    let tail = match open_log(path) {
+        Err(e) => {
+            let code = match e {
+                OpenError::Io(_) => Problem::IoError,
+                OpenError::NotRegular(_) => Problem::NotARegularFile,
+            };
+            c.push(code, None, e.to_string());
+            return finish(c, name, None);
+        }
+        Ok(f) => read_lines(f, |p| match p {
+            Piece::Line(l) => c.line(l),
+            Piece::Overlong(len) => {
+                c.lines += 1;
+                c.prev = None;
+                let n = c.lines;
+                c.push(
+                    Problem::Malformed,
+                    Some(n),
+                    format!("{len} bytes; the cap is {MAX_LINE}"),
+                );
+            }
+        }),
+    };
+    match tail {
+        Err(e) => c.push(Problem::IoError, None, e.to_string()),
+        Ok(Some(t)) => {
+            let line = Some(c.lines + 1);
+            c.push(
+                Problem::TornLine,
+                line,
+                format!("{} bytes after the last newline", t.len()),
+            );
+        }
+        Ok(None) => {}
+    }
+    if c.lines == 0 && c.found.is_empty() {
+        c.push(Problem::EmptyLog, None, "the log is empty");
+    }
+    if let (Some(want), Some(run)) = (expect_run, c.run.clone()) {
+        if want != run {
+            c.push(
+                Problem::ExpectRunMismatch,
+                None,
+                format!("log is of run {run}, expected {want}"),
+            );
+        }
+    }
+    if let Some(want) = expect_head {
+        if c.prev.as_deref() != Some(want) {
+            let d = format!(
+                "head is {}, pinned {want}",
+                c.prev.as_deref().unwrap_or("(none)")
+            );
+            c.push(Problem::HeadMismatch, None, d);
+        }
+    }
+    let decided = structure(&mut c);
+    finish(c, name, decided)
+}
+
+/// The order of the records, and the decision against the facts.
+fn structure(c: &mut Check) -> Option<DiscardDecided> {
+    let events = std::mem::take(&mut c.events);
+    let mut started = None;
+    let mut inv: Option<StageInventoried> = None;
+    let mut approved = None;
+    let mut removed: Vec<(String, Removed, u64)> = Vec::new();
+    let mut decided: Option<(u64, DiscardDecided)> = None;
+    for (n, ev) in events {
+        if let Some((d, _)) = &decided {
+            let detail = format!("{} after the decision on line {d}", ev.kind());
+            c.push(Problem::RecordAfterDecision, Some(n), detail);
+            continue;
+        }
+        let ok = match ev {
+            StageEvent::Started(s) => {
+                c.stage.get_or_insert_with(|| s.stage.clone());
+                n == 1 && started.replace(s).is_none()
+            }
+            StageEvent::Inventoried(i) => n == 2 && started.is_some() && inv.replace(i).is_none(),
+            StageEvent::Approved(a) => inv.is_some() && approved.replace(a).is_none(),
+            StageEvent::Removed(r) => {
+                let ok = approved.is_some() && removed.last().is_none_or(|l| l.1 != Removed::Stage);
+                removed.push((r.name, r.what, r.ino));
+                ok
+            }
+            StageEvent::Decided(d) => {
+                decided = Some((n, d));
+                started.is_some()
+            }
+        };
+        if !ok {
+            c.push(
+                Problem::OutOfOrder,
+                Some(n),
+                "a record out of the order discard writes them in",
+            );
+        }
+    }
+    if started.is_none() && c.lines > 0 {
+        c.push(
+            Problem::OutOfOrder,
+            Some(1),
+            "the first record is not discard_started",
+        );
+    }
+    let Some((dline, d)) = decided else {
+        c.push(
+            Problem::NoDecision,
+            None,
+            "no discard_decided record: the discard did not finish",
+        );
+        return None;
+    };
+    let line = Some(dline);
+    let bad = |c: &mut Check, why: String| c.push(Problem::DecisionMismatch, line, why);
+    let files = removed.iter().filter(|r| r.1 != Removed::Stage).count() as u64;
+    let stage_gone = removed.iter().any(|r| r.1 == Removed::Stage);
+    if d.removed != files || d.stage_removed != stage_gone {
+        bad(c, format!("the decision says removed={} stage_removed={}; the records show {files} and {stage_gone}", d.removed, d.stage_removed));
+    }
+    let facts = match (&started, &inv) {
+        (Some(s), Some(i)) => s.identity.map(|id| Facts {
+            uid: s.uid,
+            expected: s.receipt_sha256.clone(),
+            stage: id,
+            entries: i.entries.clone(),
+            truncated: i.truncated,
+            changed: i.changed.clone(),
+            receipt: match (&i.receipt, &i.receipt_error) {
+                (Some(r), _) => Some(Ok(r.clone())),
+                (None, Some(e)) => Some(Err(e.clone())),
+                (None, None) => None,
+            },
+        }),
+        _ => None,
+    };
+    let again = facts.as_ref().map(decide);
+    match d.outcome {
+        Outcome::Discarded => {
+            if !d.reasons.is_empty() {
+                bad(c, "discarded, with refusal reasons".into());
+            }
+            match (&facts, &again) {
+                (Some(f), Some(r)) if r.is_empty() => {
+                    let ino = |n: &str| f.entries.iter().find(|e| e.name == n).map_or(0, |e| e.ino);
+                    let mut want: Vec<(String, Removed, u64)> = plan(f)
+                        .into_iter()
+                        .map(|n| {
+                            let w = if n == crate::stage::RECEIPT_NAME {
+                                Removed::Receipt
+                            } else {
+                                Removed::File
+                            };
+                            let i = ino(&n);
+                            (n, w, i)
+                        })
+                        .collect();
+                    let stage = started
+                        .as_ref()
+                        .map(|s| s.stage.clone())
+                        .unwrap_or_default();
+                    want.push((stage, Removed::Stage, f.stage.ino));
+                    if removed != want {
+                        bad(c, "discarded, but the removals recorded are not every inventoried entry, the receipt last, then the stage".into());
+                    }
+                    if approved.as_ref().map(|a| &a.plan) != Some(&plan(f)) {
+                        bad(c, "the approved plan is not the inventory's".into());
+                    }
+                }
+                (_, Some(r)) => {
+                    let codes: Vec<String> = r.iter().map(|x| x.code.as_str()).collect();
+                    bad(
+                        c,
+                        format!(
+                            "discarded, but the recorded stage is one the rule refuses ({})",
+                            codes.join(", ")
+                        ),
+                    );
+                }
+                _ => bad(c, "discarded without an inventory".into()),
+            }
+        }
+        Outcome::Refused => {
+            if d.reasons.is_empty() {
+                bad(c, "refused without a reason".into());
+            }
+            if stage_gone {
+                bad(c, "refused, but the stage's removal is recorded".into());
+            }
+            let during = |r: &Refusal| matches!(r.code, Code::ConcurrentChange | Code::IoError);
+            if approved.is_some() && !d.reasons.iter().all(during) {
+                bad(
+                    c,
+                    "an approved discard can only stop for a change or an I/O error during removal"
+                        .into(),
+                );
+            }
+            if approved.is_none() {
+                if let Some(r) = &again {
+                    if *r != d.reasons {
+                        bad(
+                            c,
+                            "the refusal's reasons are not what the recorded facts give".into(),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Some(d)
+}
+
+fn finish(c: Check, log: String, decided: Option<DiscardDecided>) -> StageVerdict {
+    let worst = c.found.iter().map(|f| f.class).max();
+    let result = match (worst, &decided) {
+        (Some(w), _) => w.max(StageResult::Refused),
+        (None, Some(d)) if d.outcome == Outcome::Discarded => StageResult::Discarded,
+        (None, Some(_)) => StageResult::Refused,
+        (None, None) => StageResult::Incomplete,
+    };
+    let intact = worst.is_none();
+    StageVerdict {
+        log_kind: "stage_discard",
+        result,
+        exit_code: result.exit_code(),
+        log,
+        run: c.run,
+        records: c.lines,
+        head: c.prev,
+        stage: c.stage,
+        outcome: decided.as_ref().filter(|_| intact).map(|d| d.outcome),
+        refusals: decided
+            .filter(|_| intact)
+            .map(|d| d.reasons)
+            .unwrap_or_default(),
+        problems: c.found,
+    }
+}
+
+impl StageVerdict {
+    /// For people (control characters escaped).
+    pub fn human(&self) -> String {
+        let word = match self.result {
+            StageResult::Discarded => "DISCARDED (the stage was removed, every check held)",
+            StageResult::Refused => "REFUSED (nothing of the stage was forced)",
+            StageResult::Incomplete => "INCOMPLETE (the discard did not finish)",
+            StageResult::Tampered => "TAMPERED (not the log rea-stage wrote)",
+            StageResult::Error => "COULD NOT VERIFY",
+        };
+        let mut s = format!("{}: discard log: {word}\n", self.log);
+        if let Some(run) = &self.run {
+            s.push_str(&format!("  run      {run}\n"));
+        }
+        s.push_str(&format!("  records  {}\n", self.records));
+        if let Some(h) = &self.head {
+            s.push_str(&format!("  head     {h}\n"));
+        }
+        for r in &self.refusals {
+            s.push_str(&format!("  - refused: {} {}\n", r.code.as_str(), r.detail));
+        }
+        for p in &self.problems {
+            let line = p.line.map(|l| format!("line {l}: ")).unwrap_or_default();
+            let code = serde_json::to_value(p.code)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            s.push_str(&format!("  - {code} {line}{}\n", p.detail));
+        }
+        s.lines().map(|l| super::people::escape(l) + "\n").collect()
+    }
+}
+
+/// One line of a discard log for `rea-audit show` (`None`: not one).
+pub fn show_line(line: &[u8]) -> Option<String> {
+    let w: Wire = serde_json::from_slice(line).ok()?;
+    let ev = StageEvent::parse(&w.kind, w.data.get())?.ok()?;
+    let what = match &ev {
+        StageEvent::Started(s) => format!(
+            "stage {} receipt {} declared [{}]",
+            s.stage,
+            s.receipt_sha256,
+            s.declared.join(", ")
+        ),
+        StageEvent::Inventoried(i) => {
+            let es: Vec<String> = i
+                .entries
+                .iter()
+                .map(|e| format!("{} ({:?}, {} bytes)", e.name, e.kind, e.size))
+                .collect();
+            format!("{} entries: {}", i.entries.len(), es.join(", "))
+        }
+        StageEvent::Approved(a) => format!("removing {}", a.plan.join(", ")),
+        StageEvent::Removed(r) => format!("removed {:?} {} (inode {})", r.what, r.name, r.ino),
+        StageEvent::Decided(d) => {
+            let codes: Vec<String> = d.reasons.iter().map(|r| r.code.as_str()).collect();
+            format!("{:?} {}", d.outcome, codes.join(", "))
+        }
+    };
+    Some(format!("{:>5} {:<22} {what}", w.seq, w.kind))
+}

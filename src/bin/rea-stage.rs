@@ -1,0 +1,137 @@
+//! `rea-stage`: the before-transfer receipt and the conditional discard
+//! (SPEC 7.1). The only part of rea that ever deletes a stage.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use rea::stage::discard::{discard, EXIT_USAGE};
+use rea::stage::receipt::{begin, BeginError};
+
+const EXIT_HELP: &str = "\
+Exit codes (begin):
+  0  created    the stage and its receipt exist; the receipt's SHA-256 is on stdout
+  1  refused    DIR exists, or its parent is not a real directory reached without symlinks
+  3  failed     an I/O error while creating (see stderr)
+  4  usage      bad arguments (a --file name that is not a plain name, ...)
+
+Exit codes (discard):
+  0  discarded  every check held; every entry, the receipt and DIR are gone
+  1  refused    a check failed; nothing was removed (the reasons are in the log)
+  2  concurrent the stage changed while it was being removed; removal stopped,
+                what is left is kept (never forced), the log says what was removed
+  3  log failed the audit log could not be written; nothing more was done
+  4  usage      bad arguments, or FILE already exists
+
+Every decision, the inventory and each removal are in FILE, a hash-chained log
+(SPEC 4's chain rule): `rea-audit verify FILE` says discarded or refused.
+rea-stage never signals anything.
+
+Test hook: REA_STAGE_PAUSE_BEFORE_RMDIR=FIFO makes discard read one byte from
+FIFO right before its final rmdir (tests use it to change the stage at that
+exact point). It can only delay: every check after it runs as it would.";
+
+#[derive(Parser)]
+#[command(
+    name = "rea-stage",
+    version,
+    about = "Create a stage with a before-transfer receipt, or discard one that no exec touched",
+    long_about = "rea-stage begin makes a new, private stage directory and a receipt in it \
+naming the files an upload may create; the controller keeps the receipt's SHA-256 as it pins \
+a head. If the upload fails before any exec, rea-stage discard removes the stage, and only if \
+it is exactly that stage, unarmed (no rea-watchdog ran there), holding nothing but declared \
+regular files of ours with one link each. Anything else is refused and nothing is deleted.",
+    after_help = EXIT_HELP
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create DIR (mode 0700; it must not exist) and DIR/.rea-before-transfer;
+    /// print the receipt's SHA-256.
+    #[command(after_help = EXIT_HELP)]
+    Begin {
+        /// The stage to create. Its parent (and every directory above) must
+        /// be a real directory, not a symlink.
+        dir: PathBuf,
+        /// A name the upload may create in DIR (a plain name: no `/`, not `.`
+        /// or `..`, not rea's own; at most 64, each at most 255 bytes).
+        #[arg(long = "file", value_name = "NAME", required = true)]
+        files: Vec<String>,
+    },
+    /// Remove DIR if it is the untouched stage the receipt names; otherwise
+    /// remove nothing. Everything is recorded in FILE.
+    #[command(after_help = EXIT_HELP)]
+    Discard {
+        /// The stage `begin` created.
+        dir: PathBuf,
+        /// The SHA-256 `begin` printed.
+        #[arg(long, value_name = "HEX")]
+        receipt_sha256: String,
+        /// The discard's audit log (must not exist; created 0600).
+        #[arg(long, value_name = "FILE")]
+        audit_log: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code as u8);
+        }
+    };
+    match cli.cmd {
+        Cmd::Begin { dir, files } => match begin(&dir, &files) {
+            Ok((sha, _)) => {
+                println!("{sha}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                let left = match e {
+                    BeginError::Io { .. } => {
+                        "DIR may exist without a complete receipt (discard refuses it)"
+                    }
+                    _ => "nothing was created",
+                };
+                eprintln!("rea-stage: begin: {e}; {left}");
+                let code = match e {
+                    BeginError::Names(_) => EXIT_USAGE,
+                    BeginError::Path(_) | BeginError::Exists(_) => 1,
+                    BeginError::Io { .. } => 3,
+                };
+                ExitCode::from(code as u8)
+            }
+        },
+        Cmd::Discard {
+            dir,
+            receipt_sha256,
+            audit_log,
+        } => {
+            let done = discard(&dir, &receipt_sha256, &audit_log);
+            if let Some(outcome) = done.outcome {
+                let codes: Vec<String> = done.reasons.iter().map(|r| r.code.as_str()).collect();
+                let line = serde_json::json!({
+                    "outcome": outcome,
+                    "reasons": codes,
+                    "audit_log": audit_log,
+                    "head": done.head,
+                });
+                println!("{line}");
+                for r in &done.reasons {
+                    eprintln!(
+                        "rea-stage: {}: {}",
+                        r.code.as_str(),
+                        rea::audit::people::escape(&r.detail)
+                    );
+                }
+            }
+            ExitCode::from(done.code as u8)
+        }
+    }
+}

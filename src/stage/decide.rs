@@ -1,0 +1,335 @@
+//! The discard decision (SPEC 7.1), a pure function over what was seen.
+//!
+//! `rea-stage discard` calls [`decide`] on the listing it took through the
+//! stage's descriptor; `rea-audit verify` calls it again on the same facts
+//! as the log recorded them, so a log claiming `discarded` for a stage the
+//! rule refuses does not verify. An empty answer is the only "yes".
+
+use serde::{Deserialize, Serialize};
+
+use super::receipt::BeforeTransfer;
+use super::{ARMED_NAME, RECEIPT_NAME};
+
+/// What an entry of the stage is (`fstatat`, no link followed).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryType {
+    File,
+    Directory,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+    Other,
+}
+
+impl EntryType {
+    pub fn of_mode(mode: u32) -> EntryType {
+        match mode & libc::S_IFMT {
+            libc::S_IFREG => EntryType::File,
+            libc::S_IFDIR => EntryType::Directory,
+            libc::S_IFLNK => EntryType::Symlink,
+            libc::S_IFIFO => EntryType::Fifo,
+            libc::S_IFSOCK => EntryType::Socket,
+            libc::S_IFCHR => EntryType::CharDevice,
+            libc::S_IFBLK => EntryType::BlockDevice,
+            _ => EntryType::Other,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryType::File => "regular file",
+            EntryType::Directory => "directory",
+            EntryType::Symlink => "symlink",
+            EntryType::Fifo => "FIFO",
+            EntryType::Socket => "socket",
+            EntryType::CharDevice => "character device",
+            EntryType::BlockDevice => "block device",
+            EntryType::Other => "special file",
+        }
+    }
+}
+
+/// One entry of the stage as inventoried.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    /// The name's bytes, printable ASCII kept, anything else and `\` as `\xNN`.
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: EntryType,
+    pub size: u64,
+    pub uid: u32,
+    pub nlink: u64,
+    pub dev: u64,
+    pub ino: u64,
+    /// SHA-256 of a regular file's bytes (`null` for anything else).
+    pub sha256: Option<String>,
+}
+
+/// The stage directory's identity through its descriptor.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DirId {
+    pub dev: u64,
+    pub ino: u64,
+    pub uid: u32,
+    pub mode: u32,
+}
+
+/// Everything the decision looks at.
+#[derive(Clone, Debug)]
+pub struct Facts {
+    /// Our uid: every entry must have it.
+    pub uid: u32,
+    /// The controller's `--receipt-sha256`.
+    pub expected: String,
+    pub stage: DirId,
+    pub entries: Vec<Entry>,
+    /// More entries than the listing keeps.
+    pub truncated: bool,
+    /// Entries that changed while they were inventoried.
+    pub changed: Vec<String>,
+    /// The receipt's content, parsed (`None`: not read; too large or not a file).
+    pub receipt: Option<Result<BeforeTransfer, String>>,
+}
+
+/// Every refusal has its own code.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Code {
+    /// DIR (or its parent) cannot be opened without following a symlink.
+    StageUnreachable,
+    ReceiptMissing,
+    ReceiptNotRegular,
+    ReceiptTooLarge,
+    ReceiptHashMismatch,
+    ReceiptInvalid,
+    ReceiptInodeMismatch,
+    /// The directory is not the one the receipt was made in.
+    IdentityMismatch,
+    /// `.rea-exec-started` exists: a watchdog has run (or is running) here.
+    Armed,
+    UndeclaredEntry,
+    NotRegular,
+    HardLinked,
+    ForeignUid,
+    OtherFilesystem,
+    TooManyEntries,
+    /// Something changed between the listing and the removal.
+    ConcurrentChange,
+    IoError,
+}
+
+impl Code {
+    pub fn as_str(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Refusal {
+    pub code: Code,
+    /// The entry it is about, if one.
+    pub name: Option<String>,
+    /// What the entry is, for `not_regular` (and `undeclared_entry`).
+    #[serde(rename = "type")]
+    pub kind: Option<EntryType>,
+    pub detail: String,
+}
+
+impl Refusal {
+    pub fn new(code: Code, name: Option<&str>, detail: impl Into<String>) -> Refusal {
+        Refusal {
+            code,
+            name: name.map(str::to_string),
+            kind: None,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Bytes spelled the way [`Entry::name`] is.
+pub fn escape_name(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len());
+    for &b in bytes {
+        if (0x20..0x7f).contains(&b) && b != b'\\' {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    s
+}
+
+/// The receipt, if it can be trusted: the refusals otherwise.
+fn trusted<'a>(f: &'a Facts, out: &mut Vec<Refusal>) -> Option<&'a BeforeTransfer> {
+    let name = Some(RECEIPT_NAME);
+    let Some(e) = f.entries.iter().find(|e| e.name == RECEIPT_NAME) else {
+        out.push(Refusal::new(
+            Code::ReceiptMissing,
+            name,
+            "no before-transfer receipt in the stage",
+        ));
+        return None;
+    };
+    if e.kind != EntryType::File {
+        let mut r = Refusal::new(
+            Code::ReceiptNotRegular,
+            name,
+            format!("the receipt is a {}", e.kind.as_str()),
+        );
+        r.kind = Some(e.kind);
+        out.push(r);
+        return None;
+    }
+    if e.sha256.as_deref() != Some(f.expected.as_str()) {
+        let seen = e.sha256.as_deref().unwrap_or("(unread)");
+        out.push(Refusal::new(
+            Code::ReceiptHashMismatch,
+            name,
+            format!("the receipt hashes to {seen}, not {}", f.expected),
+        ));
+        return None;
+    }
+    let r = match &f.receipt {
+        None => {
+            let d = format!(
+                "the receipt is {} bytes, larger than any rea-stage writes",
+                e.size
+            );
+            out.push(Refusal::new(Code::ReceiptTooLarge, name, d));
+            return None;
+        }
+        Some(Err(why)) => {
+            out.push(Refusal::new(Code::ReceiptInvalid, name, why.clone()));
+            return None;
+        }
+        Some(Ok(r)) => r,
+    };
+    if r.receipt_ino != e.ino || e.dev != f.stage.dev {
+        let d = format!(
+            "the receipt names inode {}, the file is inode {}",
+            r.receipt_ino, e.ino
+        );
+        out.push(Refusal::new(Code::ReceiptInodeMismatch, name, d));
+    }
+    let want = (r.stage.dev, r.stage.ino, r.stage.uid);
+    if want != (f.stage.dev, f.stage.ino, f.stage.uid) {
+        out.push(Refusal::new(
+            Code::IdentityMismatch,
+            None,
+            format!(
+                "the stage is dev {} inode {} uid {}; the receipt was made for dev {} inode {} uid {}",
+                f.stage.dev, f.stage.ino, f.stage.uid, want.0, want.1, want.2
+            ),
+        ));
+    }
+    Some(r)
+}
+
+/// Why the stage may not be discarded; empty when it may.
+pub fn decide(f: &Facts) -> Vec<Refusal> {
+    let mut out = Vec::new();
+    let receipt = trusted(f, &mut out);
+    if f.stage.uid != f.uid {
+        let d = format!(
+            "the stage belongs to uid {}, not ours ({})",
+            f.stage.uid, f.uid
+        );
+        out.push(Refusal::new(Code::ForeignUid, None, d));
+    }
+    for e in &f.entries {
+        let name = Some(e.name.as_str());
+        if e.name == ARMED_NAME {
+            out.push(Refusal::new(
+                Code::Armed,
+                name,
+                "a watchdog armed this stage: an exec may have started",
+            ));
+            continue;
+        }
+        let declared = match receipt {
+            Some(r) if e.name != RECEIPT_NAME => {
+                r.files.iter().any(|d| escape_name(d.as_bytes()) == e.name)
+            }
+            _ => true,
+        };
+        if !declared {
+            let mut r = Refusal::new(
+                Code::UndeclaredEntry,
+                name,
+                format!("{} ({}) is not a declared upload", e.name, e.kind.as_str()),
+            );
+            r.kind = Some(e.kind);
+            out.push(r);
+        }
+        if e.kind != EntryType::File {
+            if e.name != RECEIPT_NAME {
+                let mut r = Refusal::new(
+                    Code::NotRegular,
+                    name,
+                    format!("{} is a {}", e.name, e.kind.as_str()),
+                );
+                r.kind = Some(e.kind);
+                out.push(r);
+            }
+            continue;
+        }
+        if e.nlink != 1 {
+            out.push(Refusal::new(
+                Code::HardLinked,
+                name,
+                format!("{} has {} links", e.name, e.nlink),
+            ));
+        }
+        if e.uid != f.uid {
+            out.push(Refusal::new(
+                Code::ForeignUid,
+                name,
+                format!("{} belongs to uid {}", e.name, e.uid),
+            ));
+        }
+        if e.dev != f.stage.dev {
+            out.push(Refusal::new(
+                Code::OtherFilesystem,
+                name,
+                format!("{} is on another filesystem", e.name),
+            ));
+        }
+    }
+    if f.truncated {
+        out.push(Refusal::new(
+            Code::TooManyEntries,
+            None,
+            "more entries than any declared upload",
+        ));
+    }
+    for c in &f.changed {
+        out.push(Refusal::new(
+            Code::ConcurrentChange,
+            Some(c),
+            format!("{c} changed while it was inventoried"),
+        ));
+    }
+    out
+}
+
+/// The removal order of an accepted stage: the uploads by name, the receipt last.
+pub fn plan(f: &Facts) -> Vec<String> {
+    let mut names: Vec<String> = f
+        .entries
+        .iter()
+        .filter(|e| e.name != RECEIPT_NAME)
+        .map(|e| e.name.clone())
+        .collect();
+    names.sort();
+    names.push(RECEIPT_NAME.to_string());
+    names
+}

@@ -1,0 +1,274 @@
+//! `rea-stage discard`: look, log, decide, and remove only an untouched stage.
+//!
+//! Order: the log is created (`O_EXCL`) before anything is looked at; the
+//! stage is opened through its parent, listed and its receipt read through
+//! its descriptor; `discard_started` and `stage_inventoried` are made
+//! durable; then [`decide`] answers. A refusal is sealed at once and nothing
+//! is touched. An approval is made durable (`discard_approved`, the whole
+//! plan) before the first `unlinkat`; each removal is recorded as it is
+//! done; the directory goes last, and `discard_decided` seals the log.
+
+use std::os::fd::AsFd;
+use std::path::Path;
+
+use super::decide::{decide, plan, Code, DirId, Facts, Refusal};
+use super::inventory::{self, Listing};
+use super::log::{
+    DiscardApproved, DiscardDecided, DiscardStarted, Outcome, Removed, RemovedEntry, StageEvent,
+    StageInventoried, StageLog,
+};
+use super::path::{open_parent, Id};
+use super::remove::{remove_stage, unlink_entry};
+use super::RECEIPT_NAME;
+
+/// `rea-stage discard` exit codes (documented in `--help` and the README).
+pub const EXIT_DISCARDED: i32 = 0;
+pub const EXIT_REFUSED: i32 = 1;
+pub const EXIT_CONCURRENT: i32 = 2;
+pub const EXIT_LOG_FAILED: i32 = 3;
+pub const EXIT_USAGE: i32 = 4;
+
+/// What the command prints on stdout (one JSON line) and exits with.
+pub struct Done {
+    pub code: i32,
+    pub outcome: Option<Outcome>,
+    pub reasons: Vec<Refusal>,
+    pub head: Option<String>,
+}
+
+fn log_failed(e: std::io::Error) -> Done {
+    eprintln!("rea-stage: the audit log could not be written ({e}); stopped, nothing more is done");
+    Done {
+        code: EXIT_LOG_FAILED,
+        outcome: None,
+        reasons: Vec::new(),
+        head: None,
+    }
+}
+
+struct Run {
+    log: StageLog,
+    removed: u64,
+}
+
+impl Run {
+    fn seal(
+        &mut self,
+        outcome: Outcome,
+        reasons: Vec<Refusal>,
+        stage_removed: bool,
+        code: i32,
+    ) -> Done {
+        let ev = StageEvent::Decided(DiscardDecided {
+            outcome,
+            reasons: reasons.clone(),
+            removed: self.removed,
+            stage_removed,
+        });
+        if let Err(e) = self.log.seal(&ev) {
+            return log_failed(e);
+        }
+        Done {
+            code,
+            outcome: Some(outcome),
+            reasons,
+            head: Some(self.log.head().to_string()),
+        }
+    }
+
+    fn started(
+        &mut self,
+        stage: &str,
+        id: Option<DirId>,
+        hex: &str,
+        declared: Vec<String>,
+    ) -> std::io::Result<()> {
+        self.log.record(&StageEvent::Started(DiscardStarted {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            stage: stage.to_string(),
+            identity: id,
+            receipt_sha256: hex.to_string(),
+            declared,
+            uid: nix::unistd::getuid().as_raw(),
+            pid: std::process::id(),
+        }))
+    }
+}
+
+/// Refuses before anything was listed (the stage could not be reached).
+fn unreachable(run: &mut Run, stage: &str, hex: &str, r: Refusal) -> Done {
+    if let Err(e) = run.started(stage, None, hex, Vec::new()) {
+        return log_failed(e);
+    }
+    run.seal(Outcome::Refused, vec![r], false, EXIT_REFUSED)
+}
+
+pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
+    let usage = |msg: String| {
+        eprintln!("rea-stage: {msg}");
+        Done {
+            code: EXIT_USAGE,
+            outcome: None,
+            reasons: Vec::new(),
+            head: None,
+        }
+    };
+    if !crate::vocab::is_digest(hex) {
+        return usage("--receipt-sha256 must be 64 lowercase hex digits".into());
+    }
+    let run_id = match super::receipt::nonce() {
+        Ok(n) => format!("discard-{}", &n[..16]),
+        Err(e) => return usage(format!("cannot read /dev/urandom: {e}")),
+    };
+    let log = match StageLog::create(log_path, &run_id) {
+        Ok(l) => l,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return usage(format!(
+                "audit log {} already exists (one log per discard; it is never appended to)",
+                log_path.display()
+            ))
+        }
+        Err(e) => return log_failed(e),
+    };
+    let mut run = Run { log, removed: 0 };
+    let shown = std::path::absolute(dir)
+        .unwrap_or(dir.to_path_buf())
+        .display()
+        .to_string();
+    let parent = match open_parent(dir) {
+        Ok(p) => p,
+        Err(e) => {
+            return unreachable(
+                &mut run,
+                &shown,
+                hex,
+                Refusal::new(Code::StageUnreachable, None, e.to_string()),
+            )
+        }
+    };
+    let shown = parent.path.display().to_string();
+    let reach = |e: std::io::Error| {
+        Refusal::new(
+            Code::StageUnreachable,
+            None,
+            format!("{shown} cannot be opened as a directory without following a link: {e}"),
+        )
+    };
+    let stage = match parent.open_stage() {
+        Ok(fd) => fd,
+        Err(e) => return unreachable(&mut run, &shown, hex, reach(e)),
+    };
+    let id = match Id::of(stage.as_fd()) {
+        Ok(id) => id,
+        Err(e) => return unreachable(&mut run, &shown, hex, reach(e)),
+    };
+    let dir_id = DirId {
+        dev: id.dev,
+        ino: id.ino,
+        uid: id.uid,
+        mode: id.mode,
+    };
+    let listing = match inventory::take(stage.as_fd()) {
+        Ok(l) => l,
+        Err(e) => {
+            if let Err(e) = run.started(&shown, Some(dir_id), hex, Vec::new()) {
+                return log_failed(e);
+            }
+            let r = Refusal::new(Code::IoError, None, format!("listing the stage: {e}"));
+            return run.seal(Outcome::Refused, vec![r], false, EXIT_REFUSED);
+        }
+    };
+    let receipt = listing.receipt.as_deref().map(super::receipt::parse);
+    let declared = match &receipt {
+        Some(Ok(r)) => r.files.clone(),
+        _ => Vec::new(),
+    };
+    if let Err(e) = run.started(&shown, Some(dir_id), hex, declared) {
+        return log_failed(e);
+    }
+    let inv = StageInventoried {
+        entries: listing.entries.clone(),
+        truncated: listing.truncated,
+        changed: listing.changed.clone(),
+        receipt: receipt.as_ref().and_then(|r| r.as_ref().ok().cloned()),
+        receipt_error: receipt.as_ref().and_then(|r| r.as_ref().err().cloned()),
+    };
+    if let Err(e) = run.log.record(&StageEvent::Inventoried(inv)) {
+        return log_failed(e);
+    }
+    let facts = Facts {
+        uid: nix::unistd::getuid().as_raw(),
+        expected: hex.to_string(),
+        stage: dir_id,
+        entries: listing.entries.clone(),
+        truncated: listing.truncated,
+        changed: listing.changed.clone(),
+        receipt,
+    };
+    let refusals = decide(&facts);
+    if !refusals.is_empty() {
+        return run.seal(Outcome::Refused, refusals, false, EXIT_REFUSED);
+    }
+    let order = plan(&facts);
+    if let Err(e) = run.log.record(&StageEvent::Approved(DiscardApproved {
+        plan: order.clone(),
+    })) {
+        return log_failed(e);
+    }
+    if let Err(r) = remove_all(&mut run, &listing, &order, stage.as_fd()) {
+        return match r {
+            Stop::Log(e) => log_failed(e),
+            Stop::Refused(r) => run.seal(Outcome::Refused, vec![r], false, EXIT_CONCURRENT),
+        };
+    }
+    if let Err(r) = remove_stage(&parent, stage.as_fd(), id) {
+        return run.seal(Outcome::Refused, vec![r], false, EXIT_CONCURRENT);
+    }
+    let _ = nix::unistd::fsync(&parent.fd);
+    let gone = StageEvent::Removed(RemovedEntry {
+        name: shown.clone(),
+        what: Removed::Stage,
+        ino: id.ino,
+    });
+    if let Err(e) = run.log.record(&gone) {
+        return log_failed(e);
+    }
+    run.seal(Outcome::Discarded, Vec::new(), true, EXIT_DISCARDED)
+}
+
+enum Stop {
+    Log(std::io::Error),
+    Refused(Refusal),
+}
+
+fn remove_all(
+    run: &mut Run,
+    listing: &Listing,
+    order: &[String],
+    dirfd: std::os::fd::BorrowedFd<'_>,
+) -> Result<(), Stop> {
+    for name in order {
+        let Some(i) = listing.entries.iter().position(|e| &e.name == name) else {
+            return Err(Stop::Refused(Refusal::new(
+                Code::ConcurrentChange,
+                Some(name),
+                "not in the listing",
+            )));
+        };
+        let e = &listing.entries[i];
+        unlink_entry(dirfd, &listing.raw[i], e).map_err(Stop::Refused)?;
+        run.removed += 1;
+        let what = if name == RECEIPT_NAME {
+            Removed::Receipt
+        } else {
+            Removed::File
+        };
+        let rec = StageEvent::Removed(RemovedEntry {
+            name: name.clone(),
+            what,
+            ino: e.ino,
+        });
+        run.log.record(&rec).map_err(Stop::Log)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,28 @@
+//! `rea-stage` (SPEC 7.1): the before-transfer receipt and the conditional
+//! discard of a stage that no exec ever touched.
+//!
+//! One module per idea: [`path`] opens a directory without following a
+//! symlink anywhere on the way, [`receipt`] is the before-transfer receipt
+//! (`begin`), [`decide`] is the discard decision as a pure function over a
+//! listing, [`inventory`] takes that listing through the stage's descriptor,
+//! [`log`] is the discard's own hash-chained log, [`remove`] the removal,
+//! and [`discard`] puts them together. Nothing here ever signals anything.
+
+pub mod decide;
+pub mod discard;
+pub mod inventory;
+pub mod log;
+pub mod path;
+pub mod receipt;
+pub mod remove;
+
+/// The before-transfer receipt's name inside the stage.
+pub const RECEIPT_NAME: &str = ".rea-before-transfer";
+/// The marker `rea-watchdog` creates before its first spawn (the stage is armed).
+pub const ARMED_NAME: &str = ".rea-exec-started";
+
+/// Hex SHA-256 of `bytes` (the receipt's digest, as `begin` prints it).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    crate::vocab::hex(&Sha256::digest(bytes))
+}

@@ -1,0 +1,237 @@
+//! The before-transfer receipt (`rea-stage begin`): proof, kept by the
+//! controller as a SHA-256, of which directory was made for an upload and
+//! which names the upload may leave in it.
+//!
+//! The file is one JSON object and a `\n`, written once, exclusively
+//! (`O_CREAT|O_EXCL|O_NOFOLLOW` through the new directory's descriptor),
+//! then fsynced with its directory. Its digest is over the file's exact
+//! bytes, newline included.
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::{mkdirat, Mode};
+use serde::{Deserialize, Serialize};
+
+use super::path::{open_parent, Id, PathError};
+use super::{sha256_hex, ARMED_NAME, RECEIPT_NAME};
+
+/// The receipt's `kind` and `version`.
+pub const KIND: &str = "before_transfer";
+pub const VERSION: u32 = 1;
+/// At most this many declared names, each at most [`MAX_NAME`] bytes.
+pub const MAX_FILES: usize = 64;
+pub const MAX_NAME: usize = 255;
+/// A receipt larger than this is not one `begin` wrote.
+pub const MAX_RECEIPT: u64 = 64 << 10;
+
+/// The stage as `begin` created it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StageId {
+    pub path: String,
+    pub dev: u64,
+    pub ino: u64,
+    pub uid: u32,
+    pub mode: u32,
+}
+
+/// The receipt's content, field order as written.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BeforeTransfer {
+    pub kind: String,
+    pub version: u32,
+    pub stage: StageId,
+    /// The receipt file's own inode.
+    pub receipt_ino: u64,
+    /// The names the upload may create (plain names).
+    pub files: Vec<String>,
+    /// 32 random bytes, hex: two receipts never hash alike.
+    pub nonce: String,
+    /// RFC 3339 UTC.
+    pub ts: String,
+}
+
+/// Why a declared name is refused (each its own message).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BadName {
+    None,
+    TooMany(usize),
+    Empty,
+    TooLong(String),
+    Slash(String),
+    Dot(String),
+    Control(String),
+    Reserved(String),
+    Duplicate(String),
+}
+
+impl std::fmt::Display for BadName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadName::None => write!(f, "declare at least one --file NAME"),
+            BadName::TooMany(n) => write!(f, "{n} names declared; at most {MAX_FILES}"),
+            BadName::Empty => write!(f, "--file name is empty"),
+            BadName::TooLong(n) => write!(f, "--file {n:?} is longer than {MAX_NAME} bytes"),
+            BadName::Slash(n) => write!(f, "--file {n:?} contains `/`: only plain names"),
+            BadName::Dot(n) => write!(f, "--file {n:?} is not a name (`.` or `..`)"),
+            BadName::Control(n) => write!(f, "--file {n:?} contains a control character"),
+            BadName::Reserved(n) => write!(f, "--file {n:?} is reserved for rea itself"),
+            BadName::Duplicate(n) => write!(f, "--file {n:?} is declared twice"),
+        }
+    }
+}
+
+/// Checks the declared names (pure): plain, bounded, not rea's, no twice.
+pub fn check_names(names: &[String]) -> Result<(), BadName> {
+    if names.is_empty() {
+        return Err(BadName::None);
+    }
+    if names.len() > MAX_FILES {
+        return Err(BadName::TooMany(names.len()));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for n in names {
+        let bad = if n.is_empty() {
+            Some(BadName::Empty)
+        } else if n.len() > MAX_NAME {
+            Some(BadName::TooLong(crate::vocab::bounded(n)))
+        } else if n.contains('/') {
+            Some(BadName::Slash(n.clone()))
+        } else if n == "." || n == ".." {
+            Some(BadName::Dot(n.clone()))
+        } else if n.chars().any(|c| c.is_control()) {
+            Some(BadName::Control(n.escape_default().to_string()))
+        } else if n == RECEIPT_NAME || n == ARMED_NAME {
+            Some(BadName::Reserved(n.clone()))
+        } else if !seen.insert(n.as_str()) {
+            Some(BadName::Duplicate(n.clone()))
+        } else {
+            None
+        };
+        if let Some(b) = bad {
+            return Err(b);
+        }
+    }
+    Ok(())
+}
+
+/// Why `begin` failed; nothing was created unless `created` says so.
+#[derive(Debug)]
+pub enum BeginError {
+    Names(BadName),
+    Path(PathError),
+    /// DIR already exists (as anything).
+    Exists(String),
+    Io {
+        what: String,
+        err: io::Error,
+    },
+}
+
+impl std::fmt::Display for BeginError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BeginError::Names(b) => write!(f, "{b}"),
+            BeginError::Path(p) => write!(f, "{p}"),
+            BeginError::Exists(p) => write!(f, "{p} already exists; a stage is always new"),
+            BeginError::Io { what, err } => write!(f, "{what}: {err}"),
+        }
+    }
+}
+
+/// 32 bytes from the kernel's CSPRNG (`/dev/urandom`), hex.
+pub fn nonce() -> io::Result<String> {
+    let mut b = [0u8; 32];
+    let mut f = std::fs::File::open("/dev/urandom")?;
+    f.read_exact(&mut b)?;
+    Ok(crate::vocab::hex(&b))
+}
+
+/// Creates the file `name` in `dir` exclusively, never through a link.
+pub fn create_exclusive(dir: BorrowedFd<'_>, name: &str) -> io::Result<std::fs::File> {
+    let flags = OFlag::O_WRONLY
+        | OFlag::O_CREAT
+        | OFlag::O_EXCL
+        | OFlag::O_NOFOLLOW
+        | OFlag::O_NOCTTY
+        | OFlag::O_CLOEXEC;
+    let fd: OwnedFd = openat(dir, name, flags, Mode::from_bits_truncate(0o600))?;
+    Ok(std::fs::File::from(fd))
+}
+
+/// `rea-stage begin`: mkdir 0700, write the receipt, return its digest.
+pub fn begin(
+    dir: &std::path::Path,
+    files: &[String],
+) -> Result<(String, BeforeTransfer), BeginError> {
+    check_names(files).map_err(BeginError::Names)?;
+    let parent = open_parent(dir).map_err(BeginError::Path)?;
+    let shown = parent.path.display().to_string();
+    let io_err = |what: &str| {
+        let what = format!("{what} {shown}");
+        move |err: io::Error| BeginError::Io { what, err }
+    };
+    let nonce = nonce().map_err(io_err("reading /dev/urandom for"))?;
+    match mkdirat(
+        parent.fd.as_fd(),
+        parent.name.as_c_str(),
+        Mode::from_bits_truncate(0o700),
+    ) {
+        Ok(()) => {}
+        Err(nix::errno::Errno::EEXIST) => return Err(BeginError::Exists(shown)),
+        Err(e) => return Err(io_err("mkdir")(e.into())),
+    }
+    let stage = parent
+        .open_stage()
+        .map_err(io_err("opening the new stage"))?;
+    let id = Id::of(stage.as_fd()).map_err(io_err("fstat"))?;
+    let mut f =
+        create_exclusive(stage.as_fd(), RECEIPT_NAME).map_err(io_err("creating the receipt in"))?;
+    let own = Id::of(f.as_fd()).map_err(io_err("fstat the receipt in"))?;
+    let receipt = BeforeTransfer {
+        kind: KIND.into(),
+        version: VERSION,
+        stage: StageId {
+            path: shown.clone(),
+            dev: id.dev,
+            ino: id.ino,
+            uid: id.uid,
+            mode: id.mode,
+        },
+        receipt_ino: own.ino,
+        files: files.to_vec(),
+        nonce,
+        ts: crate::clock::rfc3339_now(),
+    };
+    let mut bytes = serde_json::to_vec(&receipt)
+        .map_err(|e| io_err("encoding the receipt of")(io::Error::other(e)))?;
+    bytes.push(b'\n');
+    f.write_all(&bytes)
+        .map_err(io_err("writing the receipt in"))?;
+    f.sync_all().map_err(io_err("fsync the receipt in"))?;
+    nix::unistd::fsync(&stage).map_err(|e| io_err("fsync")(e.into()))?;
+    nix::unistd::fsync(&parent.fd).map_err(|e| io_err("fsync the parent of")(e.into()))?;
+    Ok((sha256_hex(&bytes), receipt))
+}
+
+/// Parses receipt bytes strictly: one object, then exactly one `\n`.
+pub fn parse(bytes: &[u8]) -> Result<BeforeTransfer, String> {
+    let body = bytes
+        .strip_suffix(b"\n")
+        .ok_or("the receipt does not end with a newline")?;
+    if !body.starts_with(b"{") {
+        return Err("the receipt is not a JSON object".into());
+    }
+    let r: BeforeTransfer = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    if r.kind != KIND || r.version != VERSION {
+        return Err(format!(
+            "kind {:?} version {} is not a before-transfer receipt",
+            r.kind, r.version
+        ));
+    }
+    check_names(&r.files).map_err(|b| b.to_string())?;
+    Ok(r)
+}

@@ -1,0 +1,120 @@
+//! The removal: each entry through the stage's descriptor (`unlinkat`)
+//! after checking it is still the entry inventoried, then the directory
+//! through its parent's descriptor (`unlinkat(AT_REMOVEDIR)`) after checking
+//! the name still leads to the directory that was opened. A change found on
+//! the way is a [`Refusal`] (`concurrent_change`), never forced.
+
+use std::ffi::CString;
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd};
+
+use nix::errno::Errno;
+use nix::unistd::{unlinkat, UnlinkatFlags};
+
+use super::decide::{Code, Entry, Refusal};
+use super::inventory::{names, unchanged};
+use super::path::{Id, Parent};
+
+/// The test hook: a FIFO `discard` reads one byte from before its final
+/// `rmdir` (documented in `rea-stage --help`). It can only delay: every
+/// check after it runs as it would have, and any failure of the hook
+/// itself is ignored.
+pub const PAUSE_ENV: &str = "REA_STAGE_PAUSE_BEFORE_RMDIR";
+
+fn concurrent(name: Option<&str>, detail: String) -> Refusal {
+    Refusal::new(Code::ConcurrentChange, name, detail)
+}
+
+/// Removes one inventoried entry, if it is still that entry.
+pub fn unlink_entry(dirfd: BorrowedFd<'_>, raw: &[u8], was: &Entry) -> Result<(), Refusal> {
+    let name = Some(was.name.as_str());
+    let c = CString::new(raw).map_err(|_| Refusal::new(Code::IoError, name, "NUL in a name"))?;
+    match unchanged(dirfd, c.as_c_str(), was) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(concurrent(
+                name,
+                format!("{} changed after it was inventoried", was.name),
+            ))
+        }
+        Err(e) => {
+            return Err(concurrent(
+                name,
+                format!("{} is gone or unreadable: {e}", was.name),
+            ))
+        }
+    }
+    match unlinkat(dirfd, c.as_c_str(), UnlinkatFlags::NoRemoveDir) {
+        Ok(()) => Ok(()),
+        Err(Errno::ENOENT) => Err(concurrent(
+            name,
+            format!("{} vanished before it was removed", was.name),
+        )),
+        Err(e) => Err(Refusal::new(
+            Code::IoError,
+            name,
+            format!("unlink {}: {e}", was.name),
+        )),
+    }
+}
+
+/// Waits on the pause FIFO if the hook is set (tests only).
+pub fn pause_hook() {
+    let Some(path) = std::env::var_os(PAUSE_ENV) else {
+        return;
+    };
+    let Ok(mut f) = std::fs::File::open(&path) else {
+        return;
+    };
+    let is_fifo = f
+        .metadata()
+        .map(|m| std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type()))
+        .unwrap_or(false);
+    if is_fifo {
+        let mut b = [0u8; 1];
+        let _ = f.read(&mut b);
+    }
+}
+
+/// Removes the (now empty) stage, if its name still leads to `opened`.
+pub fn remove_stage(parent: &Parent, stage: BorrowedFd<'_>, opened: Id) -> Result<(), Refusal> {
+    pause_hook();
+    match parent.stage_id_now() {
+        Ok(now) if (now.dev, now.ino) == (opened.dev, opened.ino) => {}
+        Ok(now) => {
+            return Err(concurrent(
+                None,
+                format!(
+                    "the stage's name now leads to dev {} inode {}, not the directory emptied (dev {} inode {})",
+                    now.dev, now.ino, opened.dev, opened.ino
+                ),
+            ))
+        }
+        Err(e) => return Err(concurrent(None, format!("the stage's name is gone: {e}"))),
+    }
+    match unlinkat(
+        parent.fd.as_fd(),
+        parent.name.as_c_str(),
+        UnlinkatFlags::RemoveDir,
+    ) {
+        Ok(()) => Ok(()),
+        Err(Errno::ENOTEMPTY | Errno::EEXIST) => {
+            let now = match names(stage, 8) {
+                Ok((n, more)) => {
+                    let mut s: Vec<String> =
+                        n.iter().map(|b| super::decide::escape_name(b)).collect();
+                    if more {
+                        s.push("...".into());
+                    }
+                    s.join(", ")
+                }
+                Err(e) => format!("(cannot list: {e})"),
+            };
+            Err(concurrent(
+                None,
+                format!("rmdir: the stage is not empty (new entries: {now}); nothing forced"),
+            ))
+        }
+        Err(e) => Err(Refusal::new(Code::IoError, None, format!("rmdir: {e}"))),
+    }
+}
