@@ -201,6 +201,7 @@ fn rehearse(scenario: &str, extra: &[&str]) -> Rehearsal {
         .arg(tool("rehearse.py"))
         .arg(scenario)
         .args(["--watchdog", watchdog_bin(), "--audit", audit_bin()])
+        .args(["--stage", stage_bin()])
         .args(["--work-dir", s(&work), "--report", s(&report)])
         .args(["--oracle", oracle.arg()])
         .args(extra)
@@ -464,12 +465,38 @@ fn rehearse_controller_kill_watchdog_stops_reaps_and_retains() {
     assert_eq!(receipt["root_alive"], false);
     assert_eq!(receipt["quiescent"], true, "positive proof: {receipt:#}");
     assert_eq!(receipt["no_live_or_waitable_descendants"], true);
-    // The rehearsal, three launchers and the rehearsal's three submit
-    // clients, each swept; how many signals that took is timing (a process
-    // still dying when the TERM grace ends gets a SIGKILL sweep too), so the
-    // signal count is held to the records instead.
+    // The rehearsal and three launchers are the running jobs: the ask step
+    // goes to exactly their leaders. The rehearsal's three submit clients
+    // are TERMed after it unless they already exited on their own (each
+    // ends once its launcher's "stopped" reply arrives): timing, like the
+    // signal count, which is held to the records instead.
+    let asked: BTreeSet<(i64, u64)> = data_of(&records, "signal_sweep")
+        .iter()
+        .filter(|d| d["stage"] == "ask")
+        .flat_map(|d| d["targets"].as_array().unwrap().clone())
+        .map(|t| {
+            (
+                t["pid"].as_i64().unwrap(),
+                t["start_time"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let leaders: BTreeSet<(i64, u64)> = data_of(&records, "job_spawned")
+        .iter()
+        .filter(|d| d["name"] != "install")
+        .map(|d| {
+            (
+                d["pid"].as_i64().unwrap(),
+                d["start_time"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(asked, leaders, "the ask went to the running leaders");
     let targets = swept(&records);
-    assert_eq!(targets.len(), 7, "{targets:?}");
+    assert!(
+        targets.is_superset(&leaders) && targets.len() <= 7,
+        "{targets:?}"
+    );
     assert_counts_recount(&r.log(), &receipt);
     assert_eq!(receipt["counts"]["jobs"], 5, "{receipt:#}");
     let exited = data_of(&records, "job_exited");
@@ -514,6 +541,110 @@ fn rehearse_watchdog_loss_no_receipt_retained() {
         reason_codes(&v).contains(&"no_receipt".to_string()),
         "{v:#}"
     );
+    sibling.assert_alive();
+}
+
+/// Upload failure proven before any exec (SPEC 7.1, the seed's fifth row):
+/// `rea-stage begin` declared four files, two arrived, and `rea-stage
+/// discard` removed the untouched stage, recording it in its own log.
+#[test]
+fn rehearse_upload_failed_discards_the_untouched_stage() {
+    if skip_outside_pid_ns("rehearse_upload_failed") {
+        return;
+    }
+    let sibling = Sibling::start();
+    let r = rehearse("upload-failed", &[]);
+    assert_eq!(r.code, Some(0), "{}", r.explain());
+    assert_eq!(r.report["verdict"], "discarded", "{}", r.explain());
+    assert_eq!(r.report["staging_deleted"], true);
+    assert!(!r.staging().exists(), "rea-stage removed the stage");
+    // The discard log has kinds of its own (stage-record.schema.json) and
+    // verify prints a stage verdict for it (stage-verdict.schema.json).
+    let stage_records = common::schema::compile("stage-record");
+    for line in std::fs::read_to_string(r.log()).unwrap().lines() {
+        let rec: Value = serde_json::from_str(line).unwrap();
+        let errors = common::schema::schema_errors(&stage_records, &rec);
+        assert!(errors.is_empty(), "{errors:?}\n{line}");
+    }
+    let out = Command::new(audit_bin())
+        .args(["verify", "--json"])
+        .arg(r.log())
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let errors = common::schema::schema_errors(&common::schema::compile("stage-verdict"), &v);
+    assert!(errors.is_empty(), "{errors:?}\n{v:#}");
+    assert_eq!(
+        (out.status.code(), &v["result"]),
+        (Some(0), &json!("discarded")),
+        "{v:#}"
+    );
+    sibling.assert_alive();
+}
+
+/// The SSH response was lost (SPEC 7.2, the seed's sixth row): the process
+/// holding the rehearsal's reply channel is killed, the watchdog runs on;
+/// a fresh controller reconciles (`running`), closes, and only the
+/// watchdog's exit 0 *and* delete_allowed let the stage go.
+#[test]
+fn rehearse_response_lost_reconciles_running_then_closes() {
+    if skip_outside_pid_ns("rehearse_response_lost") {
+        return;
+    }
+    let sibling = Sibling::start();
+    let mut r = rehearse("response-lost", &[]);
+    assert_eq!(r.code, Some(0), "{}", r.explain());
+    let found = &r.report["reconcile"];
+    assert_eq!(found["reconcile"], "running", "{}", r.explain());
+    assert_eq!(found["reconcile_exit"], 5);
+    assert_eq!(found["close_exit"], 0, "{found:#}");
+    assert_eq!(r.report["watchdog_exit"], 0);
+    assert_eq!(r.report["verdict"], "delete_allowed");
+    assert_eq!(r.report["staging_deleted"], true);
+    assert!(!r.staging().exists());
+    assert_all_fixtures_gone(&mut r, 1, 4);
+    let recs = records(&r.log());
+    // The response that could not be delivered is in the log; the stop is
+    // the fresh controller's close.
+    assert!(!of_kind(&recs, "reply_failed").is_empty(), "{recs:#?}");
+    let first = data_of(&recs, "stop_triggered")[0].clone();
+    assert_eq!(first["reason"], "close_while_running", "{first}");
+    sibling.assert_alive();
+}
+
+/// As above, with the watchdog SIGKILLed too: `review`, naming what may be
+/// alive (the phase's setsid escapee, which no record names, by the run's
+/// id in its environment); verify says retain and the stage stays.
+#[test]
+fn rehearse_response_and_watchdog_lost_is_a_review() {
+    if skip_outside_pid_ns("rehearse_response_and_watchdog_lost") {
+        return;
+    }
+    let sibling = Sibling::start();
+    let mut r = rehearse("response-and-watchdog-lost", &[]);
+    assert_eq!(r.code, Some(0), "{}", r.explain());
+    let found = &r.report["reconcile"];
+    assert_eq!(found["reconcile"], "review", "{}", r.explain());
+    assert_eq!(found["reconcile_exit"], 6);
+    let codes: Vec<&str> = found["codes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(codes.contains(&"watchdog_lost"), "{codes:?}");
+    let escapee = i64::from(r.oracle.members("escapee")[0].pid);
+    let named = found["unnamed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["pid"].as_i64() == Some(escapee));
+    assert!(named, "the escapee is named: {found:#}");
+    assert_eq!(r.report["verdict"], "retain");
+    assert_eq!(r.report["staging_deleted"], false);
+    assert!(r.staging().exists(), "staging must be kept");
+    // The demo ends what came back to it only after the review.
+    assert_all_fixtures_gone(&mut r, 1, 4);
     sibling.assert_alive();
 }
 
@@ -1027,6 +1158,43 @@ fn clients_fail_closed_on_stale_or_foreign_state_dirs() {
 
     assert!(!marker.exists(), "a refused client launched something");
     sibling.assert_alive();
+}
+
+/// The Python client's deletion rule (SPEC 7, first row): the watchdog's
+/// waited exit 0 *and* delete_allowed, never one alone; and its stop
+/// signal spellings (the CLI's, numbers, names) with KILL refused.
+#[test]
+fn python_client_deletes_only_on_exit_0_and_delete_allowed() {
+    let probe = format!(
+        "import signal, sys; sys.path.insert(0, {tools:?}); import rea_client as rc\n\
+         def v(verdict, code):\n\
+         \x20   x = rc.Verdict(verdict=verdict); x.exit_code = code; return x\n\
+         def r(code):\n\
+         \x20   return rc.Receipt('closed', None, True, 'h', 'log', exit_code=code)\n\
+         print(rc.may_delete(r(0), v('delete_allowed', 0)),\n\
+         \x20     rc.may_delete(r(1), v('delete_allowed', 0)),\n\
+         \x20     rc.may_delete(r(None), v('delete_allowed', 0)),\n\
+         \x20     rc.may_delete(r(0), v('retain', 1)),\n\
+         \x20     rc.may_delete(None, v('delete_allowed', 0)),\n\
+         \x20     rc.may_delete(r(0), None))\n\
+         print(rc._stop_signal('usr1'), rc._stop_signal('SIGHUP'), rc._stop_signal(signal.SIGINT))\n\
+         for bad in ('KILL', 9, 'STOP', ''):\n\
+         \x20   try:\n\
+         \x20       rc._stop_signal(bad); print('ACCEPTED', bad)\n\
+         \x20   except ValueError:\n\
+         \x20       print('refused')\n",
+        tools = format!("{}/tools", repo()),
+    );
+    let out = Command::new(python())
+        .args(["-c", &probe])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "True False False False False False", "{text}");
+    assert_eq!(lines[1], "USR1 HUP INT", "{text}");
+    assert_eq!(&lines[2..], ["refused"; 4], "{text}");
 }
 
 // ----- 4. idempotent cleanup; stale caller identities -----------------------

@@ -18,7 +18,7 @@ audit-schema/request.schema.json and reply.schema.json.
     receipt = wd.close()                                # waits for the watchdog to exit
     verdict = rc.verify("target/release/rea-audit", receipt.audit_log,
                         expect_head=receipt.head, staging="/srv/stage")
-    if verdict.delete_allowed:
+    if rc.may_delete(receipt, verdict):   # the watchdog's exit 0 *and* delete_allowed
         shutil.rmtree("/srv/stage")
 
 From inside a job (a phase asking for a nested launcher), connect to the

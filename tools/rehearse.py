@@ -29,11 +29,32 @@ Scenarios (default: success), and the verdict each must reach:
   watchdog-loss    the watchdog itself is SIGKILLed during the rehearsal:
                    its log has no receipt
                    -> retain (incomplete), staging kept
+  upload-failed    rea-stage begin declares four files before the upload;
+                   two arrive, the transfer "fails"; nothing was ever
+                   executed, so rea-stage discard removes the untouched
+                   stage (recording every decision in its own log)
+                   -> discarded, staging deleted
+  response-lost    mid-rehearsal, the process holding the phase's reply
+                   channel (the SSH response) is killed; the watchdog and
+                   the phase run on. A fresh controller runs `rea-audit
+                   reconcile` (read-only) -> running, then closes the
+                   action; the watchdog exits 0 and verify agrees
+                   -> delete_allowed, staging deleted
+  response-and-watchdog-lost
+                   as response-lost, but the watchdog is SIGKILLed too, with
+                   a setsid escapee of the phase running: reconcile names
+                   what may be alive
+                   -> review (verify: retain), staging kept
 
-Exit status: 0 when the scenario reached its expected verdict (and, for the
-three delete_allowed scenarios, the staging directory was deleted; for the
-two retain ones, it was kept); 1 when it did not; 2 when the demo could not
-run (binaries missing and cargo failed, bad arguments).
+The staging directory is deleted only when the watchdog's own waited exit
+status is 0 *and* `rea-audit verify` says delete_allowed (SPEC 7's first
+row; rea_client.may_delete), or, before any exec, when `rea-stage discard`
+removed it itself.
+
+Exit status: 0 when the scenario reached its expected verdict (and the
+staging directory was deleted exactly when the verdict allows it); 1 when it
+did not; 2 when the demo could not run (binaries missing and cargo failed,
+bad arguments).
 
 The binaries come from target/release (or $CARGO_TARGET_DIR/release), built
 with `cargo build --release` when missing (or always with --build);
@@ -71,7 +92,12 @@ EXPECTED = {
     "escape": "delete_allowed",
     "controller-kill": "retain",
     "watchdog-loss": "retain",
+    "upload-failed": "discarded",
+    "response-lost": "delete_allowed",
+    "response-and-watchdog-lost": "review",
 }
+# The files an upload declares before it starts (rea-stage begin --file).
+UPLOAD = ("hopper-runtime.bin", "libhopper.so", "plugins.tar", "manifest.json")
 # The seed's bounds: each phase's deadline and its runtime's own inner
 # alarm (SIGALRM to the phase's leader, recorded, not a stop), launchers 60 s.
 INSTALL_DEADLINE, INSTALL_ALARM = 200, 180
@@ -100,14 +126,15 @@ def short(h):
 # ----- binaries -------------------------------------------------------------
 
 def find_binaries(args):
+    """(rea-watchdog, rea-audit, rea-stage), absolute, built when missing."""
     target = os.environ.get("CARGO_TARGET_DIR") or "target"
     target = os.path.join(REPO, target)  # cargo resolves a relative one from the repo too
-    wd = args.watchdog or os.environ.get("REA_WATCHDOG") or os.path.join(target, "release",
-                                                                          "rea-watchdog")
-    au = args.audit or os.environ.get("REA_AUDIT") or os.path.join(target, "release",
-                                                                   "rea-audit")
-    explicit = args.watchdog or args.audit or os.environ.get("REA_WATCHDOG")
-    missing = not (os.access(wd, os.X_OK) and os.access(au, os.X_OK))
+    release = os.path.join(target, "release")
+    wd = args.watchdog or os.environ.get("REA_WATCHDOG") or os.path.join(release, "rea-watchdog")
+    au = args.audit or os.environ.get("REA_AUDIT") or os.path.join(release, "rea-audit")
+    st = args.stage or os.environ.get("REA_STAGE") or os.path.join(release, "rea-stage")
+    explicit = args.watchdog or args.audit or args.stage or os.environ.get("REA_WATCHDOG")
+    missing = not all(os.access(b, os.X_OK) for b in (wd, au, st))
     if args.build or (missing and not explicit):
         if not shutil.which("cargo"):
             raise DemoError("the rea binaries are not built and cargo is not installed "
@@ -117,10 +144,10 @@ def find_binaries(args):
                            stdout=sys.stderr, stdin=subprocess.DEVNULL)
         if r.returncode != 0:
             raise DemoError(f"cargo build --release failed (exit {r.returncode})")
-    for b in (wd, au):
+    for b in (wd, au, st):
         if not os.access(b, os.X_OK):
             raise DemoError(f"{b} is missing or not executable")
-    return os.path.abspath(wd), os.path.abspath(au)
+    return os.path.abspath(wd), os.path.abspath(au), os.path.abspath(st)
 
 
 # ----- the parts of an action -------------------------------------------------
@@ -151,7 +178,13 @@ class Plan:
             return phase + ["--escapee", "--launchers", "1",
                             "--launcher-deadline", LAUNCHER_DEADLINE,
                             "--", "--print", "rehearsal launcher"]
-        if scenario in ("controller-kill", "watchdog-loss"):
+        if scenario == "response-and-watchdog-lost":
+            # An escapee that outlives everything, and launchers still running.
+            return phase + ["--escapee", "--launchers", "3", "--parallel",
+                            "--launcher-deadline", LAUNCHER_DEADLINE,
+                            "--", "--print", "rehearsal launcher", "--sleep", "240",
+                            "--mark-running"]
+        if scenario in ("controller-kill", "watchdog-loss", "response-lost"):
             # Three launchers at once, each still running when the kill comes.
             return phase + ["--launchers", "3", "--parallel",
                             "--launcher-deadline", LAUNCHER_DEADLINE,
@@ -377,9 +410,10 @@ def scenario_normal(args, binaries, work, staging, scenario, report, later):
     later.append(describe_receipt(receipt.record))
     later.append(f"  head       {short(receipt.head)} (pinned from the close reply and the "
                  "sealed line)")
+    later.append(f"  watchdog   exited {receipt.exit_code} (waited by its parent)")
     v = rc.verify(binaries[1], wd.audit_log, expect_head=receipt.head, staging=staging)
     v.pinned = receipt.head
-    return v, receipt.record
+    return v, receipt.record, receipt.exit_code
 
 
 def scenario_watchdog_loss(args, binaries, work, staging, report, later):
@@ -417,7 +451,7 @@ def scenario_watchdog_loss(args, binaries, work, staging, report, later):
         later.append(f"  late use   refused by the client: {e}")
     v = rc.verify(binaries[1], wd.audit_log, staging=staging)
     v.pinned = None
-    return v, None
+    return v, None, code
 
 
 def scenario_controller_kill(args, binaries, work, staging, report, later):
@@ -463,13 +497,171 @@ def scenario_controller_kill(args, binaries, work, staging, report, later):
                  "be stopped")
     v = rc.verify(binaries[1], ready["audit_log"], staging=staging)
     v.pinned = None
-    return v, rec
+    return v, rec, None  # reaped as an orphan: no parent waited for its status
+
+
+def run_tool(cmd, timeout=120):
+    """Runs one of rea's commands; (exit status, stdout text, stderr text)."""
+    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=timeout)
+    return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+
+
+def scenario_upload_failed(args, binaries, work, report, later):
+    """Upload failure proven before any exec (SPEC 7.1): begin, a partial
+    upload, then a conditional discard that removes only an untouched stage."""
+    staging = os.path.join(work, "staging")
+    cmd = [binaries[2], "begin", staging]
+    for name in UPLOAD:
+        cmd += ["--file", name]
+    code, stdout, stderr = run_tool(cmd)
+    if code != 0:
+        raise DemoError(f"rea-stage begin failed (exit {code}): {stderr.strip()}")
+    receipt = stdout.strip().split()[-1]
+    out(f"  begin      rea-stage begin {staging} --file ... (4 declared): receipt "
+        f"{short(receipt)}")
+    for name in UPLOAD[:2]:  # two of four arrive ...
+        with open(os.path.join(staging, name), "wb") as f:
+            f.write(b"\x7fELF partial upload for the rea demo\n")
+    out(f"  upload     {UPLOAD[0]}, {UPLOAD[1]} arrived; the transfer failed before "
+        f"{UPLOAD[2]} (nothing was executed)")
+    log = os.path.join(work, "discard.jsonl")
+    report["audit_log"] = log
+    code, stdout, stderr = run_tool([binaries[2], "discard", staging,
+                                     "--receipt-sha256", receipt, "--audit-log", log])
+    gone = not os.path.lexists(staging)
+    later.append(f"  discard    rea-stage discard: exit {code}, stage "
+                 f"{'gone' if gone else 'kept'}"
+                 + (f" ({stderr.strip()})" if stderr.strip() else ""))
+    v = rc.verify(binaries[1], log)
+    v.pinned = None
+    return v, None, code if gone else None
+
+
+def fresh_controller(args):
+    """A new controller process (a new SSH session on the host): it knows
+    only the work directory. It reconciles (read-only), and closes the action
+    when the watchdog is still running. Prints one JSON line."""
+    work = args.work_dir
+    log = os.path.join(work, "audit.jsonl")
+    state = os.path.join(work, "state")
+    staging = os.path.join(work, "staging")
+    r = rc.reconcile(args.audit, log, staging=staging, state_dir=state)
+    found = {"reconcile": r.outcome, "reconcile_exit": r.exit_code, "codes": r.codes,
+             # The root and callers are controllers (this one's parent among
+             # them), not something the action started.
+             "alive": [{"pid": p["pid"], "roles": p.get("roles", []),
+                        "argv": p.get("argv")} for p in r.alive()
+                       if not set(p.get("roles", [])) <= {"root", "caller"}],
+             "unnamed": (r.get("unnamed") or {}).get("by_environment", [])}
+    if r.outcome == "running":
+        code, stdout, stderr = run_tool([args.watchdog, "close", "--state-dir", state,
+                                         "--wait", "60s"], timeout=120)
+        found["close_exit"] = code
+        try:
+            found["close"] = json.loads(stdout)
+        except ValueError:
+            found["close"] = None
+            found["close_error"] = stderr.strip()
+    print(json.dumps(found), flush=True)
+    return 0
+
+
+# The reply channel's relay: reads the (non-blocking) FIFO until EOF.
+RELAY = """
+import os, select
+p = select.poll()
+p.register(0, select.POLLIN)
+while True:
+    p.poll()
+    try:
+        if not os.read(0, 65536):
+            break
+    except BlockingIOError:
+        pass
+"""
+
+
+def scenario_response_lost(args, binaries, work, staging, report, later, watchdog_too):
+    """The remote exec started but its response was lost (SPEC 7.2): the
+    process holding the phase's reply channel is killed, the watchdog runs
+    on. No retry, no cleanup: a fresh controller reconciles first."""
+    plan = Plan(args, binaries[0])
+    if watchdog_too:
+        become_subreaper()  # what the lost watchdog leaves comes back to us
+    wd = start_watchdog(args, binaries, work, staging)
+    out(f"  watchdog   pid {wd.pid}, run {wd.run_id}")
+    report["audit_log"] = wd.audit_log
+    install = wd.submit(plan.install(), INSTALL_DEADLINE, capture=True, name="install",
+                        inner_alarm=INSTALL_ALARM)
+    if not install.ok:
+        raise DemoError(f"the install phase failed: {install}")
+    scenario = "response-and-watchdog-lost" if watchdog_too else "response-lost"
+    job = wd.spawn(plan.rehearsal(scenario), REHEARSAL_DEADLINE, capture=True,
+                   name="rehearsal", inner_alarm=REHEARSAL_ALARM)
+    # The reply channel goes to a relay (the SSH session carrying the
+    # response back); this process keeps no copy of it.
+    relay = subprocess.Popen([PY, "-c", RELAY], stdin=job._chan.fd, stdout=subprocess.DEVNULL)
+    relay_fd = os.pidfd_open(relay.pid)  # our own unreaped child: race-free
+    job._chan.close()
+    wait_for_launchers(work, 3)
+    signal.pidfd_send_signal(relay_fd, signal.SIGKILL)
+    relay.wait()
+    os.close(relay_fd)
+    out(f"  lost       SIGKILL to the process holding the rehearsal's reply channel "
+        f"(pid {relay.pid}): its response will never arrive; 3 launchers running")
+    if watchdog_too:
+        wd.kill(signal.SIGKILL)
+        out(f"  kill       SIGKILL to the watchdog too (pid {wd.pid}), through its pidfd")
+    # A fresh controller: knows only the work directory.
+    cmd = [PY, os.path.abspath(__file__), "--role", "fresh-controller", "--work-dir", work,
+           "--watchdog", binaries[0], "--audit", binaries[1]]
+    code, stdout, stderr = run_tool(cmd, timeout=180)
+    try:
+        found = json.loads(stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise DemoError(f"the fresh controller failed (exit {code}): {stderr.strip()}")
+    report["reconcile"] = found
+    out(f"  reconcile  {found['reconcile']} (exit {found['reconcile_exit']})"
+        + (f": {', '.join(found['codes'])}" if found["codes"] else ""))
+    if found["reconcile"] == "running":
+        out(f"             the watchdog is alive and owns what runs ({len(found['alive'])} "
+            "process(es) the log names are alive): no retry, no cleanup; close it")
+    else:
+        for p in found["alive"]:
+            out(f"             may be alive: pid {p['pid']} {'/'.join(p['roles'])} "
+                f"{' '.join(p['argv'] or [])[:60]}")
+        for p in found["unnamed"]:
+            out(f"             not named by the log, carries the run's id: pid "
+                f"{p.get('pid')} {p.get('comm', '')}")
+    if watchdog_too:
+        wd.wait(30)
+        reaped, stopped = settle_orphans()
+        later.append(describe_receipt(None))
+        later.append(f"  orphans    after the review: {reaped} process(es) came back to "
+                     f"this controller and were reaped; {stopped} had to be stopped")
+        v = rc.verify(binaries[1], wd.audit_log, staging=staging)
+        v.pinned = None
+        v.reconcile = found["reconcile"]
+        return v, None, None
+    close = found.get("close") or {}
+    head = close.get("head")
+    out(f"  close      by the fresh controller: exit {found.get('close_exit')}, "
+        f"{close.get('outcome')} ({close.get('stop_reason')})")
+    code, _ = wd.wait(60)
+    later.append(f"  watchdog   exited {code} (waited by its parent)")
+    rec = rc.read_receipt(wd.audit_log, head) if head else None
+    later.append(describe_receipt(rec))
+    v = rc.verify(binaries[1], wd.audit_log, expect_head=head, staging=staging)
+    v.pinned = head
+    v.reconcile = found["reconcile"]
+    return v, rec, code
 
 
 def sacrificial(args):
     """The controller that gets SIGKILLed: starts the watchdog, tells the
     demo where it is, runs the phases, and never gets to close."""
-    binaries = (args.watchdog, args.audit)
+    binaries = (args.watchdog, args.audit, args.stage)
     work = args.work_dir
     staging = os.path.join(work, "staging")
     wd = start_watchdog(args, binaries, work, staging)
@@ -491,6 +683,7 @@ def main():
                                       "in $TMPDIR)")
     p.add_argument("--watchdog", help="rea-watchdog binary (default: target/release)")
     p.add_argument("--audit", help="rea-audit binary (default: target/release)")
+    p.add_argument("--stage", help="rea-stage binary (default: target/release)")
     p.add_argument("--build", action="store_true", help="run cargo build --release first")
     p.add_argument("--wrap", help="run each phase and launcher through this wrapper, e.g. "
                                   "'bwrap --dev-bind / / --die-with-parent --'")
@@ -500,6 +693,8 @@ def main():
     args = p.parse_args()
     if args.role == "sacrificial":
         return sacrificial(args)
+    if args.role == "fresh-controller":
+        return fresh_controller(args)
     scenario = args.scenario or args.scenario_pos or "success"
     expected = EXPECTED[scenario]
     report = {"scenario": scenario, "expected": expected, "ok": False}
@@ -507,17 +702,28 @@ def main():
         binaries = find_binaries(args)
         work = args.work_dir or tempfile.mkdtemp(prefix="rea-demo.")
         os.makedirs(work, exist_ok=True)
-        staging = stage(work)
+        staging = os.path.join(work, "staging")
         report.update(work_dir=work, staging=staging)
-        out(f"rea demo: {scenario} (expected verdict: {expected})")
-        out(f"  staging    {staging} (a fake runtime in it)")
+        out(f"rea demo: {scenario} (expected: {expected})")
         later = []
-        if scenario == "controller-kill":
-            v, rec = scenario_controller_kill(args, binaries, work, staging, report, later)
-        elif scenario == "watchdog-loss":
-            v, rec = scenario_watchdog_loss(args, binaries, work, staging, report, later)
+        if scenario == "upload-failed":
+            v, rec, code = scenario_upload_failed(args, binaries, work, report, later)
         else:
-            v, rec = scenario_normal(args, binaries, work, staging, scenario, report, later)
+            stage(work)
+            out(f"  staging    {staging} (a fake runtime in it)")
+            if scenario == "controller-kill":
+                v, rec, code = scenario_controller_kill(args, binaries, work, staging, report,
+                                                        later)
+            elif scenario == "watchdog-loss":
+                v, rec, code = scenario_watchdog_loss(args, binaries, work, staging, report,
+                                                      later)
+            elif scenario.startswith("response-"):
+                v, rec, code = scenario_response_lost(
+                    args, binaries, work, staging, report, later,
+                    watchdog_too=scenario == "response-and-watchdog-lost")
+            else:
+                v, rec, code = scenario_normal(args, binaries, work, staging, scenario,
+                                               report, later)
     except (DemoError, rc.ReaError, OSError) as e:
         print(f"rehearse: {e}", file=sys.stderr)
         report["error"] = str(e)
@@ -537,26 +743,42 @@ def main():
         out(stop)
     for line in later:
         out(line)
-    out(describe_verdict(v))
-    deleted = False
-    if v.delete_allowed:
-        shutil.rmtree(staging)
-        deleted = True
-        out("  staging    deleted (the verdict allowed it)")
+    if scenario == "upload-failed":
+        # rea-stage removed the stage itself, or refused and removed nothing.
+        reached = v.get("result")
+        out(f"  verify     {reached} (rea-audit verify DISCARD_LOG: exit {v.exit_code}; "
+            f"{v.get('records')} records, head {short(v.get('head'))})")
+        deleted = code == 0 and not os.path.lexists(staging)
+        out(f"  staging    {'deleted by rea-stage discard' if deleted else 'kept: ' + staging}")
+        ok = reached == expected and deleted
     else:
-        out(f"  staging    kept: {staging}")
-    ok = v["verdict"] == expected and deleted == (expected == "delete_allowed")
+        out(describe_verdict(v))
+        # Both, never one alone: the watchdog's waited exit 0 and delete_allowed.
+        receipt = rc.Receipt(None, None, None, None, None, exit_code=code)
+        deleted = rc.may_delete(receipt, v)
+        if deleted:
+            shutil.rmtree(staging)
+            out("  staging    deleted (watchdog exit 0 and delete_allowed)")
+        else:
+            why = "the verdict" if not v.delete_allowed else f"the watchdog's exit ({code})"
+            out(f"  staging    kept ({why} does not allow deletion): {staging}")
+        reached = getattr(v, "reconcile", None) if expected == "review" else v["verdict"]
+        ok = reached == expected and deleted == (expected == "delete_allowed")
     if scenario == "controller-kill":
         # The evidence must show the watchdog reacted and proved the stop.
         ok = ok and rec is not None and rec["stop_reason"] == "root_lost" and rec["quiescent"]
     if scenario == "watchdog-loss":
         ok = ok and "no_receipt" in v.codes
+    if scenario == "response-lost":
+        ok = ok and report["reconcile"]["reconcile"] == "running"
+    if scenario == "response-and-watchdog-lost":
+        ok = ok and v["verdict"] == "retain"
     out(f"  audit log  {report['audit_log']}  (rea-audit show it)")
-    out(f"{'OK' if ok else 'FAILED'}: {scenario} reached {v['verdict']}"
+    out(f"{'OK' if ok else 'FAILED'}: {scenario} reached {reached}"
         f"{'' if ok else f', expected {expected}'}")
-    report.update(ok=ok, verdict=v["verdict"], status=v["status"], exit_code=v.exit_code,
-                  codes=v.codes, stop_reason=v.get("stop_reason"), staging_deleted=deleted,
-                  receipt=rec)
+    report.update(ok=ok, verdict=v.get("verdict", v.get("result")), status=v.get("status"),
+                  exit_code=v.exit_code, codes=v.codes, stop_reason=v.get("stop_reason"),
+                  staging_deleted=deleted, receipt=rec, watchdog_exit=code)
     _write_report(args, report)
     return 0 if ok else 1
 

@@ -39,6 +39,10 @@ pub fn audit_bin() -> &'static str {
     env!("CARGO_BIN_EXE_rea-audit")
 }
 
+pub fn stage_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_rea-stage")
+}
+
 pub fn fixture(name: &str) -> String {
     format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
 }
