@@ -174,6 +174,22 @@ fn live_watchdog_mid_job_is_running_and_nothing_is_written() {
         text.contains(&format!("ls -l /proc/{}/exe", job.pid)),
         "{text}"
     );
+    // The same log with its chain broken names the same live watchdog, but
+    // nobody can trust it to be this action's: review, not "wait for it".
+    let copy = w.scratch.path("tampered.jsonl");
+    let mut lines: Vec<Vec<u8>> = log_before
+        .split_inclusive(|&b| b == b'\n')
+        .map(<[u8]>::to_vec)
+        .collect();
+    let at = lines[1].iter().position(|&b| b == b'{').unwrap() + 1;
+    lines[1].insert(at, b' ');
+    std::fs::write(&copy, lines.concat()).unwrap();
+    let (code, v, _) = reconcile(&copy, &[]);
+    assert_eq!(code, 6, "{v:#}");
+    assert_eq!(v["outcome"], "review", "{v:#}");
+    assert!(reason_list(&v).contains(&"tampered".to_string()), "{v:#}");
+    assert_eq!(v["watchdog"]["liveness"]["state"], "alive", "{v:#}");
+
     // Cleanup: the test's own stop (the watchdog stops the job), then close.
     let _ = w.stop();
     let _ = output_within(submit, PATIENCE);

@@ -25,11 +25,13 @@ use common::raw;
 use common::reuse::force_pid_reuse;
 use common::stop::*;
 use nix::sys::signal::Signal;
-use rea::audit::record::{Event, Ident, SignalSweep, Stage, StopReason, Uncertainty};
+use rea::audit::record::{
+    AskEnd, AskEnded, Event, Ident, Sig, SignalSweep, Stage, StopReason, Uncertainty,
+};
 use rea::process::identity::Stat;
 use rea::process::pidfd::{bind, bind_ident, bind_unwaited_child, BindError, VerifiedPidFd};
 use rea::process::reap::Peek;
-use rea::watchdog::stop::{Step, StopHost, Stopper};
+use rea::watchdog::stop::{Ask, Step, StopHost, Stopper};
 use serde_json::{json, Value};
 
 fn launcher_argv(args: &[&str]) -> Vec<String> {
@@ -520,6 +522,88 @@ fn a_term_stage_that_overran_still_gets_a_kill_sweep() {
         wait_readable(held.get("sleep"), PATIENCE),
         "SIGKILL reached it"
     );
+    assert!(wait_readable(&sh_fd, PATIENCE));
+    sh.wait().unwrap();
+    sibling.assert_alive();
+}
+
+/// The ask step is never skipped (SPEC 3.5 step 3): a first step that
+/// comes after half the grace has passed (a busy wake-up, a tiny grace)
+/// still asks the leader, and only the next one ends the ask and TERMs.
+#[test]
+fn a_late_first_step_still_asks_before_it_terms() {
+    let sibling = Sibling::start();
+    // sh (the stand-in watchdog) -> sleep (the "leader"), deaf to USR1 and TERM.
+    let mut sh = Command::new("/bin/sh")
+        .args(["-c", "(trap '' USR1 TERM; exec /bin/sleep 1000) & wait"])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn sh");
+    let sh_fd = bind_unwaited_child(&sh).unwrap();
+    let mut held = Held::default();
+    let leader = wait_for(PATIENCE, "the leader", || {
+        rea::process::scan::descendants(sh.id() as i32)
+            .ok()?
+            .into_iter()
+            .find(|s| s.comm == "sleep")
+    });
+    let ident = Ident {
+        pid: leader.pid,
+        start_time: leader.start_time,
+        uid: uid(),
+    };
+    held.add("leader", ident);
+    let mut host = FakeHost {
+        me: sh_fd.ident(),
+        events: Vec::new(),
+    };
+    let t0 = Instant::now();
+    let ask = Ask {
+        job: 1,
+        pid: leader.pid,
+        start_time: leader.start_time,
+        signal: Sig::Usr1,
+    };
+    let grace = Duration::from_millis(500);
+    let mut stopper = Stopper::new(
+        StopReason::StopRequested,
+        t0,
+        grace,
+        Duration::from_secs(3),
+        vec![ask],
+    );
+    // First step 400 ms late: past half the grace, within it.
+    assert!(matches!(
+        stopper.step(&mut host, t0 + Duration::from_millis(400)),
+        Step::Wait(_)
+    ));
+    let asked = sweeps_of(&host.events, Stage::Ask);
+    assert_eq!(asked.len(), 1, "{:#?}", host.events);
+    assert_eq!(asked[0].targets[0].pid, leader.pid);
+    assert_eq!(asked[0].signals, [Sig::Usr1, Sig::Cont]);
+    assert!(sweeps_of(&host.events, Stage::Term).is_empty());
+    assert!(!host.events.iter().any(|e| matches!(e, Event::AskEnded(_))));
+    // The next step ends the ask (half the grace is long past) and TERMs.
+    stopper.step(&mut host, t0 + Duration::from_millis(401));
+    let ended: Vec<&AskEnded> = host
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::AskEnded(a) => Some(a),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ended.len(), 1, "{:#?}", host.events);
+    assert_eq!(
+        (ended[0].reason, ended[0].leaders_left),
+        (AskEnd::HalfGrace, 1)
+    );
+    assert_eq!(
+        sweeps_of(&host.events, Stage::Term)[0].targets[0].pid,
+        leader.pid
+    );
+    assert!(!held.get("leader").has_exited(), "it ignores USR1 and TERM");
+    assert_eq!(held.kill_alive(), 1);
     assert!(wait_readable(&sh_fd, PATIENCE));
     sh.wait().unwrap();
     sibling.assert_alive();

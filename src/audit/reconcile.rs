@@ -449,7 +449,9 @@ fn decide(r: &mut Report) {
     }
     r.outcome = if r.log.sealed && r.verify.verdict == Decision::DeleteAllowed && rs.is_empty() {
         Outcome::DeleteAllowed
-    } else if running {
+    } else if running && r.log.chain_break.is_none() {
+        // A broken chain names a watchdog nobody can trust to be this
+        // action's: waiting on it could be waiting forever. Review it.
         Outcome::Running
     } else {
         Outcome::Review

@@ -21,6 +21,7 @@ use super::record::{
     Event, Ident, Proc, Receipt, RunStarted, StagingInventoried, Status, StopReason,
 };
 use super::writer::MAX_LINE;
+use crate::vocab::bounded;
 
 /// Distinct processes kept, at most (a fork storm's log names many; the
 /// rest are counted, not kept).
@@ -222,7 +223,7 @@ impl LogScan {
                     n.job = Some(j.job);
                     n.job_name = j.name;
                     n.requester = j.caller;
-                    n.argv = Some(j.argv);
+                    n.argv = Some(bounded_argv(j.argv));
                 }
             }
             Event::JobExited(j) => self.reaped(j.pid, Some(j.start_time), j.status),
@@ -356,6 +357,26 @@ pub fn scan<R: io::Read>(r: R) -> io::Result<LogScan> {
     Ok(s)
 }
 
+/// Arguments kept of a named process's argv, at most.
+const ARGV_KEPT: usize = 16;
+
+/// What reconcile keeps of an argv: the first [`ARGV_KEPT`] arguments,
+/// each cut to a bounded length, and a last "(N more)" when cut. A log
+/// can name thousands of processes with megabyte argvs (a record may be
+/// 1 MiB); what is held and printed stays small whatever the log holds.
+fn bounded_argv(argv: Vec<String>) -> Vec<String> {
+    let n = argv.len();
+    let mut kept: Vec<String> = argv
+        .into_iter()
+        .take(ARGV_KEPT)
+        .map(|a| bounded(&a))
+        .collect();
+    if n > ARGV_KEPT {
+        kept.push(format!("({} more)", n - ARGV_KEPT));
+    }
+    kept
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,5 +389,18 @@ mod tests {
         assert_eq!(s.chain_break.as_ref().unwrap().line, 1);
         assert_eq!(s.tail_bytes, 6);
         assert!(!s.sealed);
+    }
+
+    #[test]
+    fn a_huge_argv_is_kept_bounded() {
+        let argv: Vec<String> = (0..1000)
+            .map(|i| format!("{i}{}", "x".repeat(1 << 20)))
+            .collect();
+        let kept = super::bounded_argv(argv);
+        assert_eq!(kept.len(), super::ARGV_KEPT + 1);
+        assert_eq!(kept.last().unwrap(), "(984 more)");
+        let bytes: usize = kept.iter().map(String::len).sum();
+        assert!(bytes < 8 * 1024, "{bytes} bytes kept");
+        assert!(kept[0].starts_with("0xxx"));
     }
 }

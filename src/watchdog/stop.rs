@@ -234,8 +234,10 @@ impl Stopper {
             self.asked.retain(|a| live.contains(&a.key()));
             let sent = self.asks.is_empty();
             let reason = match () {
+                // Never before the ask went out: a first step that comes
+                // late (a busy wake-up, a tiny grace) still asks.
                 _ if sent && self.asked.is_empty() => Some(AskEnd::LeadersExited),
-                _ if now >= self.ask_until => Some(AskEnd::HalfGrace),
+                _ if sent && now >= self.ask_until => Some(AskEnd::HalfGrace),
                 _ => None,
             };
             if let Some(reason) = reason {
@@ -320,7 +322,10 @@ impl Stopper {
                         part.targets.push(fd);
                         self.asked.push(*ask);
                     }
-                    Err(BindError::Gone | BindError::NoDescriptors(_)) => {}
+                    Err(BindError::Gone) => {}
+                    // Not asked, but still a live leader: the ask waits for
+                    // it as for the others (TERM retries the bind).
+                    Err(BindError::NoDescriptors(_)) => self.asked.push(*ask),
                     Err(BindError::Uncertain { reason, detail }) => {
                         self.uncertain.insert(key);
                         host.uncertain(st, reason, &detail);
