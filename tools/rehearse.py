@@ -58,7 +58,7 @@ bad arguments).
 
 The binaries come from target/release (or $CARGO_TARGET_DIR/release), built
 with `cargo build --release` when missing (or always with --build);
---watchdog/--audit (or REA_WATCHDOG/REA_AUDIT) name others. Everything the
+--watchdog/--audit/--stage (or REA_WATCHDOG/REA_AUDIT/REA_STAGE) name others. Everything the
 demo creates is under one work directory (a new one in $TMPDIR unless
 --work-dir is given); the audit log stays there for `rea-audit show`.
 
