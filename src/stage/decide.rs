@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::receipt::BeforeTransfer;
-use super::{ARMED_NAME, RECEIPT_NAME};
+use super::{ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};
 
 /// What an entry of the stage is (`fstatat`, no link followed).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,6 +112,8 @@ pub enum Code {
     IdentityMismatch,
     /// `.rea-exec-started` exists: a watchdog has run (or is running) here.
     Armed,
+    /// `.rea-discarding` exists: another discard is under way (or stopped).
+    DiscardInProgress,
     UndeclaredEntry,
     NotRegular,
     HardLinked,
@@ -255,6 +257,14 @@ pub fn decide(f: &Facts) -> Vec<Refusal> {
             ));
             continue;
         }
+        if e.name == DISCARDING_NAME {
+            out.push(Refusal::new(
+                Code::DiscardInProgress,
+                name,
+                "another discard is removing this stage (or one stopped part way)",
+            ));
+            continue;
+        }
         let declared = match receipt {
             Some(r) if e.name != RECEIPT_NAME => {
                 r.files.iter().any(|d| escape_name(d.as_bytes()) == e.name)
@@ -321,7 +331,9 @@ pub fn decide(f: &Facts) -> Vec<Refusal> {
     out
 }
 
-/// The removal order of an accepted stage: the uploads by name, the receipt last.
+/// The removal order of an accepted stage: the uploads by name, the
+/// receipt, then the discard's own `.rea-discarding` (not in the listing:
+/// it is created after the decision).
 pub fn plan(f: &Facts) -> Vec<String> {
     let mut names: Vec<String> = f
         .entries
@@ -331,5 +343,6 @@ pub fn plan(f: &Facts) -> Vec<String> {
         .collect();
     names.sort();
     names.push(RECEIPT_NAME.to_string());
+    names.push(DISCARDING_NAME.to_string());
     names
 }
