@@ -107,7 +107,10 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
     while let Some(p) = todo.pop() {
         let m = std::fs::symlink_metadata(&p).unwrap();
         let t = m.file_type();
-        let what = if t.is_file() {
+        let what = if t.is_file() && m.len() > 1 << 20 {
+            // Huge (sparse) test files: their size, not their bytes.
+            format!("file of {} bytes", m.len())
+        } else if t.is_file() {
             format!("file {:?}", std::fs::read(&p).unwrap())
         } else if t.is_symlink() {
             format!("link {:?}", std::fs::read_link(&p).unwrap())
@@ -271,9 +274,16 @@ fn untouched_stage_with_all_four_files_is_discarded() {
     assert_eq!(inv.as_array().unwrap().len(), 5);
     for e in inv.as_array().unwrap() {
         assert_eq!(e["type"], "file");
-        assert!(rea::vocab::is_digest(e["sha256"].as_str().unwrap()));
+        if e["name"] == ".rea-before-transfer" {
+            assert_eq!(e["sha256"], f.hex.as_str());
+        } else {
+            assert_eq!(e["sha256"], Value::Null, "uploads are never read");
+        }
     }
-    assert_eq!(recs[0]["data"]["declared"], serde_json::json!(FILES));
+    assert_eq!(
+        recs[1]["data"]["receipt"]["files"],
+        serde_json::json!(FILES)
+    );
 }
 
 #[test]
@@ -295,6 +305,46 @@ fn a_truncated_upload_is_discarded() {
 }
 
 // ------------------------------------------------------------ refused
+
+#[test]
+fn a_huge_sparse_upload_is_discarded_without_being_read() {
+    let f = Fixture::new(&FILES[..1]);
+    let big = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(f.dir.join("data.tar"))
+        .unwrap();
+    big.set_len(1 << 40).unwrap(); // 1 TiB, sparse
+    drop(big);
+    let t = std::time::Instant::now();
+    let child = Command::new(stage_bin())
+        .args(["discard", s(&f.dir), "--receipt-sha256", &f.hex])
+        .args(["--audit-log", s(&f.log)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = output_within(child, std::time::Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(30));
+    assert!(!f.dir.exists());
+    assert_eq!(verify(&f.log).0, 0);
+}
+
+#[test]
+fn a_receipt_padded_past_the_cap_is_refused_without_being_read() {
+    let f = Fixture::new(&FILES);
+    let receipt = std::fs::OpenOptions::new()
+        .write(true)
+        .open(f.dir.join(".rea-before-transfer"))
+        .unwrap();
+    receipt.set_len(1 << 40).unwrap(); // padded (sparse) to 1 TiB
+    drop(receipt);
+    let t = std::time::Instant::now();
+    let d = assert_refused(&f, "receipt_too_large");
+    assert!(t.elapsed() < std::time::Duration::from_secs(30));
+    assert_eq!(codes(&d), ["receipt_too_large"]);
+}
 
 #[test]
 fn an_extra_file_is_refused() {
@@ -990,7 +1040,14 @@ mod decision {
                 Code::ReceiptInvalid,
                 Box::new(|f| f.receipt = Some(Err("bad".into()))),
             ),
-            (Code::ReceiptTooLarge, Box::new(|f| f.receipt = None)),
+            (
+                Code::ReceiptTooLarge,
+                Box::new(|f| {
+                    f.entries[0].size = rea::stage::receipt::MAX_RECEIPT + 1;
+                    f.entries[0].sha256 = None;
+                    f.receipt = None;
+                }),
+            ),
             (
                 Code::ReceiptNotRegular,
                 Box::new(|f| f.entries[0].kind = EntryType::Symlink),

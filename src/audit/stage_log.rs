@@ -556,12 +556,7 @@ pub fn show_line(line: &[u8]) -> Option<String> {
     let w: Wire = serde_json::from_slice(line).ok()?;
     let ev = StageEvent::parse(&w.kind, w.data.get())?.ok()?;
     let what = match &ev {
-        StageEvent::Started(s) => format!(
-            "stage {} receipt {} declared [{}]",
-            s.stage,
-            s.receipt_sha256,
-            s.declared.join(", ")
-        ),
+        StageEvent::Started(s) => format!("stage {} receipt {}", s.stage, s.receipt_sha256),
         StageEvent::Inventoried(i) => {
             let es: Vec<String> = i
                 .entries

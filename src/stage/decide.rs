@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::receipt::BeforeTransfer;
+use super::receipt::{BeforeTransfer, MAX_RECEIPT};
 use super::{ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};
 
 /// What an entry of the stage is (`fstatat`, no link followed).
@@ -65,7 +65,8 @@ pub struct Entry {
     pub nlink: u64,
     pub dev: u64,
     pub ino: u64,
-    /// SHA-256 of a regular file's bytes (`null` for anything else).
+    /// SHA-256 of the receipt's bytes; `null` for every other entry (an
+    /// upload is never read) and for a receipt over the size cap.
     pub sha256: Option<String>,
 }
 
@@ -191,6 +192,14 @@ fn trusted<'a>(f: &'a Facts, out: &mut Vec<Refusal>) -> Option<&'a BeforeTransfe
         out.push(r);
         return None;
     }
+    if e.size > MAX_RECEIPT {
+        let d = format!(
+            "the receipt is {} bytes, larger than any rea-stage writes (it was not read)",
+            e.size
+        );
+        out.push(Refusal::new(Code::ReceiptTooLarge, name, d));
+        return None;
+    }
     if e.sha256.as_deref() != Some(f.expected.as_str()) {
         let seen = e.sha256.as_deref().unwrap_or("(unread)");
         out.push(Refusal::new(
@@ -202,11 +211,11 @@ fn trusted<'a>(f: &'a Facts, out: &mut Vec<Refusal>) -> Option<&'a BeforeTransfe
     }
     let r = match &f.receipt {
         None => {
-            let d = format!(
-                "the receipt is {} bytes, larger than any rea-stage writes",
-                e.size
-            );
-            out.push(Refusal::new(Code::ReceiptTooLarge, name, d));
+            out.push(Refusal::new(
+                Code::ReceiptInvalid,
+                name,
+                "the receipt was not read",
+            ));
             return None;
         }
         Some(Err(why)) => {

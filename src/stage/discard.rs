@@ -1,9 +1,9 @@
 //! `rea-stage discard`: look, log, decide, and remove only an untouched stage.
 //!
 //! Order: the log is created (`O_EXCL`) before anything is looked at; the
-//! stage is opened through its parent, listed and its receipt read through
-//! its descriptor; `discard_started` and `stage_inventoried` are made
-//! durable; then [`decide`] answers. A refusal is sealed at once and nothing
+//! stage is opened through its parent; `discard_started` is made durable;
+//! the stage is listed and its receipt read through its descriptor;
+//! `stage_inventoried` is made durable; then [`decide`] answers. A refusal is sealed at once and nothing
 //! is touched. An approval is made durable (`discard_approved`, the whole
 //! plan) before the first `unlinkat`; each removal is recorded as it is
 //! done; the directory goes last, and `discard_decided` seals the log.
@@ -76,19 +76,12 @@ impl Run {
         }
     }
 
-    fn started(
-        &mut self,
-        stage: &str,
-        id: Option<DirId>,
-        hex: &str,
-        declared: Vec<String>,
-    ) -> std::io::Result<()> {
+    fn started(&mut self, stage: &str, id: Option<DirId>, hex: &str) -> std::io::Result<()> {
         self.log.record(&StageEvent::Started(DiscardStarted {
             version: env!("CARGO_PKG_VERSION").to_string(),
             stage: stage.to_string(),
             identity: id,
             receipt_sha256: hex.to_string(),
-            declared,
             uid: nix::unistd::getuid().as_raw(),
             pid: std::process::id(),
         }))
@@ -97,7 +90,7 @@ impl Run {
 
 /// Refuses before anything was listed (the stage could not be reached).
 fn unreachable(run: &mut Run, stage: &str, hex: &str, r: Refusal) -> Done {
-    if let Err(e) = run.started(stage, None, hex, Vec::new()) {
+    if let Err(e) = run.started(stage, None, hex) {
         return log_failed(e);
     }
     run.seal(Outcome::Refused, vec![r], false, EXIT_REFUSED)
@@ -168,24 +161,18 @@ pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
         uid: id.uid,
         mode: id.mode,
     };
+    // Durable before the listing: a listing that stalls is on the record.
+    if let Err(e) = run.started(&shown, Some(dir_id), hex) {
+        return log_failed(e);
+    }
     let listing = match inventory::take(stage.as_fd()) {
         Ok(l) => l,
         Err(e) => {
-            if let Err(e) = run.started(&shown, Some(dir_id), hex, Vec::new()) {
-                return log_failed(e);
-            }
             let r = Refusal::new(Code::IoError, None, format!("listing the stage: {e}"));
             return run.seal(Outcome::Refused, vec![r], false, EXIT_REFUSED);
         }
     };
     let receipt = listing.receipt.as_deref().map(super::receipt::parse);
-    let declared = match &receipt {
-        Some(Ok(r)) => r.files.clone(),
-        _ => Vec::new(),
-    };
-    if let Err(e) = run.started(&shown, Some(dir_id), hex, declared) {
-        return log_failed(e);
-    }
     let inv = StageInventoried {
         entries: listing.entries.clone(),
         truncated: listing.truncated,

@@ -32,8 +32,6 @@ pub struct DiscardStarted {
     pub identity: Option<DirId>,
     /// `--receipt-sha256`.
     pub receipt_sha256: String,
-    /// The declared names, from the receipt (empty if it could not be read).
-    pub declared: Vec<String>,
     pub uid: u32,
     pub pid: u32,
 }
