@@ -347,6 +347,32 @@ fn a_receipt_padded_past_the_cap_is_refused_without_being_read() {
 }
 
 #[test]
+fn a_stage_full_of_hostile_names_is_refused_within_the_line_cap() {
+    use std::os::unix::ffi::OsStrExt;
+    let f = Fixture::new(&[]);
+    // 255 symlinks, each a 250-byte name of bytes escaped as \xNN (4x).
+    for i in 0..255u32 {
+        let mut name = format!("{i:03}").into_bytes();
+        name.resize(250, 0xff);
+        let p = f.dir.join(std::ffi::OsStr::from_bytes(&name));
+        std::os::unix::fs::symlink("/nowhere", p).unwrap();
+    }
+    let d = assert_refused(&f, "undeclared_entry");
+    let reasons = d["reasons"].as_array().unwrap();
+    assert_eq!(reasons.len(), 65, "64 refusals and one summary");
+    let last = reasons.last().unwrap();
+    assert_eq!(last["code"], "more_refusals");
+    assert!(
+        last["detail"].as_str().unwrap().starts_with("446 more"),
+        "{last}"
+    );
+    for r in reasons {
+        let detail = r["detail"].as_str().unwrap();
+        assert!(!detail.contains("\\xff"), "no name in a detail: {detail}");
+    }
+}
+
+#[test]
 fn an_extra_file_is_refused() {
     let f = Fixture::new(&FILES);
     std::fs::write(f.dir.join("payload.so"), b"not declared").unwrap();

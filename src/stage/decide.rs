@@ -124,6 +124,8 @@ pub enum Code {
     /// Something changed between the listing and the removal.
     ConcurrentChange,
     IoError,
+    /// Stands for the refusals past [`MAX_REFUSALS`] (how many, which codes).
+    MoreRefusals,
 }
 
 impl Code {
@@ -151,7 +153,7 @@ impl Refusal {
     pub fn new(code: Code, name: Option<&str>, detail: impl Into<String>) -> Refusal {
         Refusal {
             code,
-            name: name.map(str::to_string),
+            name: name.map(crate::vocab::bounded),
             kind: None,
             detail: detail.into(),
         }
@@ -284,7 +286,7 @@ pub fn decide(f: &Facts) -> Vec<Refusal> {
             let mut r = Refusal::new(
                 Code::UndeclaredEntry,
                 name,
-                format!("{} ({}) is not a declared upload", e.name, e.kind.as_str()),
+                format!("a {} that is not a declared upload", e.kind.as_str()),
             );
             r.kind = Some(e.kind);
             out.push(r);
@@ -294,7 +296,7 @@ pub fn decide(f: &Facts) -> Vec<Refusal> {
                 let mut r = Refusal::new(
                     Code::NotRegular,
                     name,
-                    format!("{} is a {}", e.name, e.kind.as_str()),
+                    format!("a {}, not a regular file", e.kind.as_str()),
                 );
                 r.kind = Some(e.kind);
                 out.push(r);
@@ -305,21 +307,21 @@ pub fn decide(f: &Facts) -> Vec<Refusal> {
             out.push(Refusal::new(
                 Code::HardLinked,
                 name,
-                format!("{} has {} links", e.name, e.nlink),
+                format!("{} links", e.nlink),
             ));
         }
         if e.uid != f.uid {
             out.push(Refusal::new(
                 Code::ForeignUid,
                 name,
-                format!("{} belongs to uid {}", e.name, e.uid),
+                format!("belongs to uid {}", e.uid),
             ));
         }
         if e.dev != f.stage.dev {
             out.push(Refusal::new(
                 Code::OtherFilesystem,
                 name,
-                format!("{} is on another filesystem", e.name),
+                "on another filesystem",
             ));
         }
     }
@@ -334,9 +336,36 @@ pub fn decide(f: &Facts) -> Vec<Refusal> {
         out.push(Refusal::new(
             Code::ConcurrentChange,
             Some(c),
-            format!("{c} changed while it was inventoried"),
+            "changed while it was inventoried",
         ));
     }
+    bound(out)
+}
+
+/// At most this many refusals are listed; the rest are summed up in one.
+pub const MAX_REFUSALS: usize = 64;
+
+/// Keeps a decision within the audit line cap whatever the stage holds:
+/// the first [`MAX_REFUSALS`] refusals, then one `more_refusals` naming how
+/// many more and their codes (names are never repeated in a `detail`, and
+/// each `name` is bounded by [`Refusal::new`]).
+fn bound(mut out: Vec<Refusal>) -> Vec<Refusal> {
+    if out.len() <= MAX_REFUSALS {
+        return out;
+    }
+    let rest = out.split_off(MAX_REFUSALS);
+    let mut codes: Vec<String> = rest.iter().map(|r| r.code.as_str()).collect();
+    codes.sort();
+    codes.dedup();
+    out.push(Refusal::new(
+        Code::MoreRefusals,
+        None,
+        format!(
+            "{} more refusals not listed (codes: {})",
+            rest.len(),
+            codes.join(", ")
+        ),
+    ));
     out
 }
 
