@@ -17,6 +17,7 @@ use serde_json::Value;
 
 const FILES: [&str; 4] = ["runtime.bin", "install.sh", "config.json", "data.tar"];
 const PAUSE_ENV: &str = "REA_STAGE_PAUSE_BEFORE_RMDIR";
+const PAUSE_UNLINK_ENV: &str = "REA_STAGE_PAUSE_BEFORE_UNLINK";
 
 fn stage_bin() -> &'static str {
     env!("CARGO_BIN_EXE_rea-stage")
@@ -106,7 +107,10 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
     while let Some(p) = todo.pop() {
         let m = std::fs::symlink_metadata(&p).unwrap();
         let t = m.file_type();
-        let what = if t.is_file() {
+        let what = if t.is_file() && m.len() > 1 << 20 {
+            // Huge (sparse) test files: their size, not their bytes.
+            format!("file of {} bytes", m.len())
+        } else if t.is_file() {
             format!("file {:?}", std::fs::read(&p).unwrap())
         } else if t.is_symlink() {
             format!("link {:?}", std::fs::read_link(&p).unwrap())
@@ -183,19 +187,21 @@ fn assert_discarded(f: &Fixture, files_left: usize) {
     let recs = stage_records(&f.log);
     let d = decision(&recs);
     assert_eq!(d["outcome"], "discarded");
-    assert_eq!(d["removed"], (files_left + 1) as u64);
+    assert_eq!(d["removed"], (files_left + 2) as u64);
     assert_eq!(d["stage_removed"], true);
     let removed: Vec<&Value> = recs.iter().filter(|r| r["kind"] == "removed").collect();
     assert_eq!(
         removed.len(),
-        files_left + 2,
-        "every entry, the receipt, the stage"
+        files_left + 3,
+        "every entry, the receipt, the marker, the stage"
     );
     assert_eq!(
         removed[files_left]["data"]["what"], "receipt",
-        "the receipt last"
+        "the receipt after the uploads"
     );
-    assert_eq!(removed[files_left + 1]["data"]["what"], "stage");
+    assert_eq!(removed[files_left + 1]["data"]["what"], "marker");
+    assert_eq!(removed[files_left + 1]["data"]["name"], ".rea-discarding");
+    assert_eq!(removed[files_left + 2]["data"]["what"], "stage");
     let (vc, v) = verify(&f.log);
     assert_eq!((vc, v["result"].as_str()), (0, Some("discarded")), "{v:#}");
     assert_eq!(
@@ -260,6 +266,7 @@ fn untouched_stage_with_all_four_files_is_discarded() {
             "removed",
             "removed",
             "removed",
+            "removed",
             "discard_decided"
         ]
     );
@@ -267,9 +274,16 @@ fn untouched_stage_with_all_four_files_is_discarded() {
     assert_eq!(inv.as_array().unwrap().len(), 5);
     for e in inv.as_array().unwrap() {
         assert_eq!(e["type"], "file");
-        assert!(rea::vocab::is_digest(e["sha256"].as_str().unwrap()));
+        if e["name"] == ".rea-before-transfer" {
+            assert_eq!(e["sha256"], f.hex.as_str());
+        } else {
+            assert_eq!(e["sha256"], Value::Null, "uploads are never read");
+        }
     }
-    assert_eq!(recs[0]["data"]["declared"], serde_json::json!(FILES));
+    assert_eq!(
+        recs[1]["data"]["receipt"]["files"],
+        serde_json::json!(FILES)
+    );
 }
 
 #[test]
@@ -291,6 +305,72 @@ fn a_truncated_upload_is_discarded() {
 }
 
 // ------------------------------------------------------------ refused
+
+#[test]
+fn a_huge_sparse_upload_is_discarded_without_being_read() {
+    let f = Fixture::new(&FILES[..1]);
+    let big = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(f.dir.join("data.tar"))
+        .unwrap();
+    big.set_len(1 << 40).unwrap(); // 1 TiB, sparse
+    drop(big);
+    let t = std::time::Instant::now();
+    let child = Command::new(stage_bin())
+        .args(["discard", s(&f.dir), "--receipt-sha256", &f.hex])
+        .args(["--audit-log", s(&f.log)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = output_within(child, std::time::Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(30));
+    assert!(!f.dir.exists());
+    assert_eq!(verify(&f.log).0, 0);
+}
+
+#[test]
+fn a_receipt_padded_past_the_cap_is_refused_without_being_read() {
+    let f = Fixture::new(&FILES);
+    let receipt = std::fs::OpenOptions::new()
+        .write(true)
+        .open(f.dir.join(".rea-before-transfer"))
+        .unwrap();
+    receipt.set_len(1 << 40).unwrap(); // padded (sparse) to 1 TiB
+    drop(receipt);
+    let t = std::time::Instant::now();
+    let d = assert_refused(&f, "receipt_too_large");
+    assert!(t.elapsed() < std::time::Duration::from_secs(30));
+    assert_eq!(codes(&d), ["receipt_too_large"]);
+}
+
+#[test]
+fn a_stage_full_of_hostile_names_is_refused_within_the_line_cap() {
+    use std::os::unix::ffi::OsStrExt;
+    let f = Fixture::new(&[]);
+    // 255 symlinks, each a 250-byte name of bytes escaped as \xNN (4x).
+    for i in 0..255u32 {
+        let mut name = format!("{i:03}").into_bytes();
+        name.resize(250, 0xff);
+        let p = f.dir.join(std::ffi::OsStr::from_bytes(&name));
+        std::os::unix::fs::symlink("/nowhere", p).unwrap();
+    }
+    let d = assert_refused(&f, "undeclared_entry");
+    let reasons = d["reasons"].as_array().unwrap();
+    assert_eq!(reasons.len(), 65, "64 refusals and one summary");
+    let last = reasons.last().unwrap();
+    assert_eq!(last["code"], "more_refusals");
+    assert!(
+        last["detail"].as_str().unwrap().starts_with("446 more"),
+        "{last}"
+    );
+    for r in reasons {
+        let detail = r["detail"].as_str().unwrap();
+        assert!(!detail.contains("\\xff"), "no name in a detail: {detail}");
+    }
+}
 
 #[test]
 fn an_extra_file_is_refused() {
@@ -523,6 +603,120 @@ fn the_pause_hook_alone_changes_nothing() {
     assert_eq!(output_within(child, PATIENCE).status.code(), Some(0));
     assert!(!f.dir.exists());
     assert_eq!(verify(&f.log).0, 0);
+}
+
+// ------------------------------------------------------------ the interlock with arming
+
+/// A discard of `f` paused on the before-unlink hook: it has created
+/// `.rea-discarding` and not yet looked for `.rea-exec-started`. The
+/// returned writer releases it.
+fn discard_paused_before_unlink(f: &Fixture) -> (std::process::Child, std::fs::File) {
+    let fifo = f.scratch.path("pause-unlink");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let child = Command::new(stage_bin())
+        .args([
+            "discard",
+            s(&f.dir),
+            "--receipt-sha256",
+            &f.hex,
+            "--audit-log",
+            s(&f.log),
+        ])
+        .env(PAUSE_UNLINK_ENV, &fifo)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Blocks until discard opened the read end: it is paused.
+    let release = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    (child, release)
+}
+
+#[test]
+fn a_watchdog_arming_while_discard_is_about_to_unlink_refuses_to_start() {
+    if skip_outside_pid_ns("a_watchdog_arming_while_discard_is_about_to_unlink_refuses_to_start") {
+        return;
+    }
+    let f = Fixture::new(&FILES);
+    let (child, mut release) = discard_paused_before_unlink(&f);
+    assert!(f.dir.join(".rea-discarding").is_file());
+    let audit = f.scratch.path("audit.jsonl");
+    let run = Command::new(common::harness::watchdog_bin())
+        .args(["run", "--state-dir", s(&f.scratch.path("state"))])
+        .args(["--audit-log", s(&audit)])
+        .args(["--staging", s(&f.dir)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = output_within(run, PATIENCE);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("discard is removing this stage"), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ready"));
+    assert!(
+        !f.dir.join(".rea-exec-started").exists(),
+        "its marker is undone"
+    );
+    if audit.exists() {
+        let recs = common::harness::records(&audit);
+        assert!(
+            recs.iter()
+                .all(|r| r["kind"] != "job_spawned" && r["kind"] != "stage_armed"),
+            "{recs:?}"
+        );
+    }
+    std::io::Write::write_all(&mut release, b"x").unwrap();
+    drop(release);
+    let out = output_within(child, PATIENCE);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(!f.dir.exists(), "the stage is gone");
+    let (vc, v) = verify(&f.log);
+    assert_eq!((vc, v["result"].as_str()), (0, Some("discarded")), "{v:#}");
+}
+
+#[test]
+fn a_stage_armed_after_the_listing_is_refused_and_every_file_kept() {
+    let f = Fixture::new(&FILES);
+    let (child, mut release) = discard_paused_before_unlink(&f);
+    // A watchdog that created its marker before it saw ours (both then
+    // back off; here only discard's side is under test).
+    std::fs::write(f.dir.join(".rea-exec-started"), b"run-1\n").unwrap();
+    let mut before = snapshot(&f.dir);
+    before.remove(&f.dir.join(".rea-discarding"));
+    std::io::Write::write_all(&mut release, b"x").unwrap();
+    drop(release);
+    let out = output_within(child, PATIENCE);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(snapshot(&f.dir), before, "every file kept, byte for byte");
+    assert!(
+        !f.dir.join(".rea-discarding").exists(),
+        "its marker is undone"
+    );
+    let recs = stage_records(&f.log);
+    assert!(!kinds(&recs).contains(&"discard_approved"));
+    assert!(!kinds(&recs).contains(&"removed"));
+    let d = decision(&recs);
+    assert_eq!(codes(d), ["armed"]);
+    assert_eq!(d["removed"], 0);
+    let (vc, v) = verify(&f.log);
+    assert_eq!((vc, v["result"].as_str()), (1, Some("refused")), "{v:#}");
+}
+
+#[test]
+fn begin_refuses_the_marker_names() {
+    let scratch = Scratch::new();
+    for name in [
+        ".rea-discarding",
+        ".rea-exec-started",
+        ".rea-before-transfer",
+    ] {
+        let (code, _, err) = stage_cmd(&["begin", s(&scratch.path("st")), "--file", name], None);
+        assert_eq!(code, 4, "{name}: {err}");
+        assert!(err.contains("reserved"), "{err}");
+        assert!(!scratch.path("st").exists());
+    }
 }
 
 // ------------------------------------------------------------ begin refusals
@@ -848,7 +1042,10 @@ mod decision {
     fn an_untouched_stage_is_accepted_with_the_receipt_last() {
         let f = facts();
         assert!(decide(&f).is_empty());
-        assert_eq!(plan(&f), ["a", "b", ".rea-before-transfer"]);
+        assert_eq!(
+            plan(&f),
+            ["a", "b", ".rea-before-transfer", ".rea-discarding"]
+        );
     }
 
     #[test]
@@ -869,7 +1066,14 @@ mod decision {
                 Code::ReceiptInvalid,
                 Box::new(|f| f.receipt = Some(Err("bad".into()))),
             ),
-            (Code::ReceiptTooLarge, Box::new(|f| f.receipt = None)),
+            (
+                Code::ReceiptTooLarge,
+                Box::new(|f| {
+                    f.entries[0].size = rea::stage::receipt::MAX_RECEIPT + 1;
+                    f.entries[0].sha256 = None;
+                    f.receipt = None;
+                }),
+            ),
             (
                 Code::ReceiptNotRegular,
                 Box::new(|f| f.entries[0].kind = EntryType::Symlink),

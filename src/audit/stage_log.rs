@@ -415,12 +415,14 @@ fn structure(c: &mut Check) -> Option<DiscardDecided> {
                     let mut want: Vec<(String, Removed, u64)> = plan(f)
                         .into_iter()
                         .map(|n| {
-                            let w = if n == crate::stage::RECEIPT_NAME {
-                                Removed::Receipt
+                            let (w, i) = if n == crate::stage::RECEIPT_NAME {
+                                (Removed::Receipt, ino(&n))
+                            } else if n == crate::stage::DISCARDING_NAME {
+                                let m = approved.as_ref().map_or(0, |a| a.marker_ino);
+                                (Removed::Marker, m)
                             } else {
-                                Removed::File
+                                (Removed::File, ino(&n))
                             };
-                            let i = ino(&n);
                             (n, w, i)
                         })
                         .collect();
@@ -430,7 +432,7 @@ fn structure(c: &mut Check) -> Option<DiscardDecided> {
                         .unwrap_or_default();
                     want.push((stage, Removed::Stage, f.stage.ino));
                     if removed != want {
-                        bad(c, "discarded, but the removals recorded are not every inventoried entry, the receipt last, then the stage".into());
+                        bad(c, "discarded, but the removals recorded are not every inventoried entry, the receipt, the discard's marker, then the stage".into());
                     }
                     if approved.as_ref().map(|a| &a.plan) != Some(&plan(f)) {
                         bad(c, "the approved plan is not the inventory's".into());
@@ -464,9 +466,19 @@ fn structure(c: &mut Check) -> Option<DiscardDecided> {
                         .into(),
                 );
             }
+            // The rule accepted the stage, and the interlock (SPEC 7.1:
+            // `.rea-discarding` created, then `.rea-exec-started` looked
+            // for) stopped it before the approval: one reason, of those.
+            let interlock = |r: &[Refusal]| {
+                r.len() == 1
+                    && matches!(
+                        r[0].code,
+                        Code::Armed | Code::DiscardInProgress | Code::IoError
+                    )
+            };
             if approved.is_none() {
                 if let Some(r) = &again {
-                    if *r != d.reasons {
+                    if !(r.is_empty() && interlock(&d.reasons)) && *r != d.reasons {
                         bad(
                             c,
                             "the refusal's reasons are not what the recorded facts give".into(),
@@ -544,12 +556,7 @@ pub fn show_line(line: &[u8]) -> Option<String> {
     let w: Wire = serde_json::from_slice(line).ok()?;
     let ev = StageEvent::parse(&w.kind, w.data.get())?.ok()?;
     let what = match &ev {
-        StageEvent::Started(s) => format!(
-            "stage {} receipt {} declared [{}]",
-            s.stage,
-            s.receipt_sha256,
-            s.declared.join(", ")
-        ),
+        StageEvent::Started(s) => format!("stage {} receipt {}", s.stage, s.receipt_sha256),
         StageEvent::Inventoried(i) => {
             let es: Vec<String> = i
                 .entries

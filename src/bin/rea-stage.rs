@@ -27,9 +27,16 @@ Every decision, the inventory and each removal are in FILE, a hash-chained log
 (SPEC 4's chain rule): `rea-audit verify FILE` says discarded or refused.
 rea-stage never signals anything.
 
-Test hook: REA_STAGE_PAUSE_BEFORE_RMDIR=FIFO makes discard read one byte from
+Test hooks: REA_STAGE_PAUSE_BEFORE_RMDIR=FIFO makes discard read one byte from
 FIFO right before its final rmdir (tests use it to change the stage at that
-exact point). It can only delay: every check after it runs as it would.";
+exact point). REA_STAGE_PAUSE_BEFORE_UNLINK=FIFO does the same right after
+discard created .rea-discarding, before it looks for .rea-exec-started (so
+before its first unlink). They can only delay: every check after runs as it would.
+
+Interlock with rea-watchdog: discard creates DIR/.rea-discarding exclusively
+before its first removal, then refuses `armed` (removing only its own marker)
+if DIR/.rea-exec-started exists; a watchdog arming the stage does the same the
+other way round and refuses to start. It is removed last, before the rmdir.";
 
 #[derive(Parser)]
 #[command(

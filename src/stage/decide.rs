@@ -7,8 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::receipt::BeforeTransfer;
-use super::{ARMED_NAME, RECEIPT_NAME};
+use super::receipt::{BeforeTransfer, MAX_RECEIPT};
+use super::{ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};
 
 /// What an entry of the stage is (`fstatat`, no link followed).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +65,8 @@ pub struct Entry {
     pub nlink: u64,
     pub dev: u64,
     pub ino: u64,
-    /// SHA-256 of a regular file's bytes (`null` for anything else).
+    /// SHA-256 of the receipt's bytes; `null` for every other entry (an
+    /// upload is never read) and for a receipt over the size cap.
     pub sha256: Option<String>,
 }
 
@@ -112,6 +113,8 @@ pub enum Code {
     IdentityMismatch,
     /// `.rea-exec-started` exists: a watchdog has run (or is running) here.
     Armed,
+    /// `.rea-discarding` exists: another discard is under way (or stopped).
+    DiscardInProgress,
     UndeclaredEntry,
     NotRegular,
     HardLinked,
@@ -121,6 +124,8 @@ pub enum Code {
     /// Something changed between the listing and the removal.
     ConcurrentChange,
     IoError,
+    /// Stands for the refusals past [`MAX_REFUSALS`] (how many, which codes).
+    MoreRefusals,
 }
 
 impl Code {
@@ -148,7 +153,7 @@ impl Refusal {
     pub fn new(code: Code, name: Option<&str>, detail: impl Into<String>) -> Refusal {
         Refusal {
             code,
-            name: name.map(str::to_string),
+            name: name.map(crate::vocab::bounded),
             kind: None,
             detail: detail.into(),
         }
@@ -189,6 +194,14 @@ fn trusted<'a>(f: &'a Facts, out: &mut Vec<Refusal>) -> Option<&'a BeforeTransfe
         out.push(r);
         return None;
     }
+    if e.size > MAX_RECEIPT {
+        let d = format!(
+            "the receipt is {} bytes, larger than any rea-stage writes (it was not read)",
+            e.size
+        );
+        out.push(Refusal::new(Code::ReceiptTooLarge, name, d));
+        return None;
+    }
     if e.sha256.as_deref() != Some(f.expected.as_str()) {
         let seen = e.sha256.as_deref().unwrap_or("(unread)");
         out.push(Refusal::new(
@@ -200,11 +213,11 @@ fn trusted<'a>(f: &'a Facts, out: &mut Vec<Refusal>) -> Option<&'a BeforeTransfe
     }
     let r = match &f.receipt {
         None => {
-            let d = format!(
-                "the receipt is {} bytes, larger than any rea-stage writes",
-                e.size
-            );
-            out.push(Refusal::new(Code::ReceiptTooLarge, name, d));
+            out.push(Refusal::new(
+                Code::ReceiptInvalid,
+                name,
+                "the receipt was not read",
+            ));
             return None;
         }
         Some(Err(why)) => {
@@ -255,6 +268,14 @@ pub fn decide(f: &Facts) -> Vec<Refusal> {
             ));
             continue;
         }
+        if e.name == DISCARDING_NAME {
+            out.push(Refusal::new(
+                Code::DiscardInProgress,
+                name,
+                "another discard is removing this stage (or one stopped part way)",
+            ));
+            continue;
+        }
         let declared = match receipt {
             Some(r) if e.name != RECEIPT_NAME => {
                 r.files.iter().any(|d| escape_name(d.as_bytes()) == e.name)
@@ -265,7 +286,7 @@ pub fn decide(f: &Facts) -> Vec<Refusal> {
             let mut r = Refusal::new(
                 Code::UndeclaredEntry,
                 name,
-                format!("{} ({}) is not a declared upload", e.name, e.kind.as_str()),
+                format!("a {} that is not a declared upload", e.kind.as_str()),
             );
             r.kind = Some(e.kind);
             out.push(r);
@@ -275,7 +296,7 @@ pub fn decide(f: &Facts) -> Vec<Refusal> {
                 let mut r = Refusal::new(
                     Code::NotRegular,
                     name,
-                    format!("{} is a {}", e.name, e.kind.as_str()),
+                    format!("a {}, not a regular file", e.kind.as_str()),
                 );
                 r.kind = Some(e.kind);
                 out.push(r);
@@ -286,21 +307,21 @@ pub fn decide(f: &Facts) -> Vec<Refusal> {
             out.push(Refusal::new(
                 Code::HardLinked,
                 name,
-                format!("{} has {} links", e.name, e.nlink),
+                format!("{} links", e.nlink),
             ));
         }
         if e.uid != f.uid {
             out.push(Refusal::new(
                 Code::ForeignUid,
                 name,
-                format!("{} belongs to uid {}", e.name, e.uid),
+                format!("belongs to uid {}", e.uid),
             ));
         }
         if e.dev != f.stage.dev {
             out.push(Refusal::new(
                 Code::OtherFilesystem,
                 name,
-                format!("{} is on another filesystem", e.name),
+                "on another filesystem",
             ));
         }
     }
@@ -315,13 +336,42 @@ pub fn decide(f: &Facts) -> Vec<Refusal> {
         out.push(Refusal::new(
             Code::ConcurrentChange,
             Some(c),
-            format!("{c} changed while it was inventoried"),
+            "changed while it was inventoried",
         ));
     }
+    bound(out)
+}
+
+/// At most this many refusals are listed; the rest are summed up in one.
+pub const MAX_REFUSALS: usize = 64;
+
+/// Keeps a decision within the audit line cap whatever the stage holds:
+/// the first [`MAX_REFUSALS`] refusals, then one `more_refusals` naming how
+/// many more and their codes (names are never repeated in a `detail`, and
+/// each `name` is bounded by [`Refusal::new`]).
+fn bound(mut out: Vec<Refusal>) -> Vec<Refusal> {
+    if out.len() <= MAX_REFUSALS {
+        return out;
+    }
+    let rest = out.split_off(MAX_REFUSALS);
+    let mut codes: Vec<String> = rest.iter().map(|r| r.code.as_str()).collect();
+    codes.sort();
+    codes.dedup();
+    out.push(Refusal::new(
+        Code::MoreRefusals,
+        None,
+        format!(
+            "{} more refusals not listed (codes: {})",
+            rest.len(),
+            codes.join(", ")
+        ),
+    ));
     out
 }
 
-/// The removal order of an accepted stage: the uploads by name, the receipt last.
+/// The removal order of an accepted stage: the uploads by name, the
+/// receipt, then the discard's own `.rea-discarding` (not in the listing:
+/// it is created after the decision).
 pub fn plan(f: &Facts) -> Vec<String> {
     let mut names: Vec<String> = f
         .entries
@@ -331,5 +381,6 @@ pub fn plan(f: &Facts) -> Vec<String> {
         .collect();
     names.sort();
     names.push(RECEIPT_NAME.to_string());
+    names.push(DISCARDING_NAME.to_string());
     names
 }

@@ -1,9 +1,9 @@
 //! `rea-stage discard`: look, log, decide, and remove only an untouched stage.
 //!
 //! Order: the log is created (`O_EXCL`) before anything is looked at; the
-//! stage is opened through its parent, listed and its receipt read through
-//! its descriptor; `discard_started` and `stage_inventoried` are made
-//! durable; then [`decide`] answers. A refusal is sealed at once and nothing
+//! stage is opened through its parent; `discard_started` is made durable;
+//! the stage is listed and its receipt read through its descriptor;
+//! `stage_inventoried` is made durable; then [`decide`] answers. A refusal is sealed at once and nothing
 //! is touched. An approval is made durable (`discard_approved`, the whole
 //! plan) before the first `unlinkat`; each removal is recorded as it is
 //! done; the directory goes last, and `discard_decided` seals the log.
@@ -18,8 +18,8 @@ use super::log::{
     StageInventoried, StageLog,
 };
 use super::path::{open_parent, Id};
-use super::remove::{remove_stage, unlink_entry};
-use super::RECEIPT_NAME;
+use super::remove::{pause_hook, remove_stage, unlink_entry, unlink_own, PAUSE_UNLINK_ENV};
+use super::{ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};
 
 /// `rea-stage discard` exit codes (documented in `--help` and the README).
 pub const EXIT_DISCARDED: i32 = 0;
@@ -76,19 +76,12 @@ impl Run {
         }
     }
 
-    fn started(
-        &mut self,
-        stage: &str,
-        id: Option<DirId>,
-        hex: &str,
-        declared: Vec<String>,
-    ) -> std::io::Result<()> {
+    fn started(&mut self, stage: &str, id: Option<DirId>, hex: &str) -> std::io::Result<()> {
         self.log.record(&StageEvent::Started(DiscardStarted {
             version: env!("CARGO_PKG_VERSION").to_string(),
             stage: stage.to_string(),
             identity: id,
             receipt_sha256: hex.to_string(),
-            declared,
             uid: nix::unistd::getuid().as_raw(),
             pid: std::process::id(),
         }))
@@ -97,7 +90,7 @@ impl Run {
 
 /// Refuses before anything was listed (the stage could not be reached).
 fn unreachable(run: &mut Run, stage: &str, hex: &str, r: Refusal) -> Done {
-    if let Err(e) = run.started(stage, None, hex, Vec::new()) {
+    if let Err(e) = run.started(stage, None, hex) {
         return log_failed(e);
     }
     run.seal(Outcome::Refused, vec![r], false, EXIT_REFUSED)
@@ -168,24 +161,18 @@ pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
         uid: id.uid,
         mode: id.mode,
     };
+    // Durable before the listing: a listing that stalls is on the record.
+    if let Err(e) = run.started(&shown, Some(dir_id), hex) {
+        return log_failed(e);
+    }
     let listing = match inventory::take(stage.as_fd()) {
         Ok(l) => l,
         Err(e) => {
-            if let Err(e) = run.started(&shown, Some(dir_id), hex, Vec::new()) {
-                return log_failed(e);
-            }
             let r = Refusal::new(Code::IoError, None, format!("listing the stage: {e}"));
             return run.seal(Outcome::Refused, vec![r], false, EXIT_REFUSED);
         }
     };
     let receipt = listing.receipt.as_deref().map(super::receipt::parse);
-    let declared = match &receipt {
-        Some(Ok(r)) => r.files.clone(),
-        _ => Vec::new(),
-    };
-    if let Err(e) = run.started(&shown, Some(dir_id), hex, declared) {
-        return log_failed(e);
-    }
     let inv = StageInventoried {
         entries: listing.entries.clone(),
         truncated: listing.truncated,
@@ -209,13 +196,18 @@ pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
     if !refusals.is_empty() {
         return run.seal(Outcome::Refused, refusals, false, EXIT_REFUSED);
     }
+    let marker_ino = match interlock(stage.as_fd(), run.log.run()) {
+        Ok(ino) => ino,
+        Err(r) => return run.seal(Outcome::Refused, vec![r], false, EXIT_REFUSED),
+    };
     let order = plan(&facts);
     if let Err(e) = run.log.record(&StageEvent::Approved(DiscardApproved {
         plan: order.clone(),
+        marker_ino,
     })) {
         return log_failed(e);
     }
-    if let Err(r) = remove_all(&mut run, &listing, &order, stage.as_fd()) {
+    if let Err(r) = remove_all(&mut run, &listing, &order, stage.as_fd(), marker_ino) {
         return match r {
             Stop::Log(e) => log_failed(e),
             Stop::Refused(r) => run.seal(Outcome::Refused, vec![r], false, EXIT_CONCURRENT),
@@ -236,6 +228,78 @@ pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
     run.seal(Outcome::Discarded, Vec::new(), true, EXIT_DISCARDED)
 }
 
+/// The interlock with arming (SPEC 7.1): creates `.rea-discarding`
+/// exclusively through the stage's descriptor, durably, then looks for
+/// `.rea-exec-started`. A watchdog does the same the other way round, so at
+/// most one of the two goes ahead. Armed meanwhile: our marker is removed
+/// again and nothing else is touched. The marker's inode on success.
+fn interlock(dirfd: std::os::fd::BorrowedFd<'_>, run: &str) -> Result<u64, Refusal> {
+    use nix::fcntl::AtFlags;
+    use std::io::Write;
+    let name = Some(DISCARDING_NAME);
+    let mut f = match super::receipt::create_exclusive(dirfd, DISCARDING_NAME) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(Refusal::new(
+                Code::DiscardInProgress,
+                name,
+                "created by another discard after the listing",
+            ))
+        }
+        Err(e) => {
+            return Err(Refusal::new(
+                Code::IoError,
+                name,
+                format!("creating it: {e}"),
+            ))
+        }
+    };
+    let made = (|| {
+        let ino = nix::sys::stat::fstat(&f)?.st_ino;
+        writeln!(f, "{run}")?;
+        f.sync_all()?;
+        nix::unistd::fsync(dirfd)?;
+        Ok::<u64, std::io::Error>(ino)
+    })();
+    let ino = match made {
+        Ok(ino) => ino,
+        Err(e) => {
+            let ino = nix::sys::stat::fstat(&f).map(|s| s.st_ino).unwrap_or(0);
+            let left = match unlink_own(dirfd, DISCARDING_NAME, ino) {
+                Ok(()) => "removed again".to_string(),
+                Err(why) => format!("left in place ({why})"),
+            };
+            return Err(Refusal::new(
+                Code::IoError,
+                name,
+                format!("writing it: {e}; it was {left}; nothing else was touched"),
+            ));
+        }
+    };
+    drop(f);
+    pause_hook(PAUSE_UNLINK_ENV);
+    let why = match nix::sys::stat::fstatat(dirfd, ARMED_NAME, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Err(nix::errno::Errno::ENOENT) => return Ok(ino),
+        Ok(_) => (
+            Code::Armed,
+            "a watchdog armed the stage after the listing".to_string(),
+        ),
+        Err(e) => (Code::IoError, format!("looking for {ARMED_NAME}: {e}")),
+    };
+    let left = match unlink_own(dirfd, DISCARDING_NAME, ino) {
+        Ok(()) => {
+            let _ = nix::unistd::fsync(dirfd);
+            format!("{DISCARDING_NAME} was removed again")
+        }
+        Err(e) => format!("{DISCARDING_NAME} could not be removed ({e})"),
+    };
+    Err(Refusal::new(
+        why.0,
+        Some(ARMED_NAME),
+        format!("{}; {left}; nothing else was touched", why.1),
+    ))
+}
+
 enum Stop {
     Log(std::io::Error),
     Refused(Refusal),
@@ -246,8 +310,22 @@ fn remove_all(
     listing: &Listing,
     order: &[String],
     dirfd: std::os::fd::BorrowedFd<'_>,
+    marker_ino: u64,
 ) -> Result<(), Stop> {
     for name in order {
+        if name == DISCARDING_NAME {
+            unlink_own(dirfd, DISCARDING_NAME, marker_ino).map_err(|why| {
+                Stop::Refused(Refusal::new(Code::ConcurrentChange, Some(name), why))
+            })?;
+            run.removed += 1;
+            let rec = StageEvent::Removed(RemovedEntry {
+                name: name.clone(),
+                what: Removed::Marker,
+                ino: marker_ino,
+            });
+            run.log.record(&rec).map_err(Stop::Log)?;
+            continue;
+        }
         let Some(i) = listing.entries.iter().position(|e| &e.name == name) else {
             return Err(Stop::Refused(Refusal::new(
                 Code::ConcurrentChange,

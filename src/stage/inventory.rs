@@ -1,8 +1,10 @@
 //! The stage's listing, taken through its descriptor: every entry with
-//! `fstatat(AT_SYMLINK_NOFOLLOW)`, every regular file hashed through a
-//! descriptor checked to be that entry (`O_NOFOLLOW|O_NONBLOCK`, then
-//! fstat: a FIFO swapped in cannot block the read), and the receipt's
-//! bytes kept when they are small enough to be one `begin` wrote.
+//! `fstatat(AT_SYMLINK_NOFOLLOW)` (uploads are never read: the decision
+//! needs only their metadata, and a huge sparse file must not stall it),
+//! and the receipt, when its size is at most [`MAX_RECEIPT`], read and
+//! hashed through a descriptor checked to be that entry
+//! (`O_NOFOLLOW|O_NONBLOCK`, then fstat: a FIFO swapped in cannot block the
+//! read), never more than [`MAX_RECEIPT`] + 1 bytes.
 
 use std::ffi::CStr;
 use std::io::{self, Read};
@@ -68,14 +70,15 @@ pub fn entry_of(name: &[u8], st: &FileStat) -> Entry {
     }
 }
 
-/// Hashes regular file `name`; keeps its bytes when `keep` allows that many.
-/// `Ok(None)`: the entry is no longer the file that was listed.
-fn hash_file(
+/// Reads and hashes the receipt `name` (at most `keep` bytes: its size was
+/// checked). `Ok(None)`: the entry is no longer the file that was listed
+/// (another inode, not a regular file, or longer than it was).
+fn read_receipt(
     dirfd: BorrowedFd<'_>,
     name: &CStr,
     st: &FileStat,
     keep: u64,
-) -> io::Result<Option<(String, Option<Vec<u8>>)>> {
+) -> io::Result<Option<(String, Vec<u8>)>> {
     let flags = OFlag::O_RDONLY
         | OFlag::O_NOFOLLOW
         | OFlag::O_NONBLOCK
@@ -92,27 +95,14 @@ fn hash_file(
     {
         return Ok(None);
     }
-    let mut f = std::fs::File::from(fd);
-    let mut h = Sha256::new();
-    let mut kept = (now.st_size as u64 <= keep).then(Vec::new);
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        match f.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                h.update(&buf[..n]);
-                if let Some(k) = kept.as_mut() {
-                    k.extend_from_slice(&buf[..n]);
-                    if k.len() as u64 > keep {
-                        kept = None;
-                    }
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
+    let mut kept = Vec::new();
+    std::fs::File::from(fd)
+        .take(keep + 1)
+        .read_to_end(&mut kept)?;
+    if kept.len() as u64 > keep {
+        return Ok(None);
     }
-    Ok(Some((crate::vocab::hex(&h.finalize()), kept)))
+    Ok(Some((crate::vocab::hex(&Sha256::digest(&kept)), kept)))
 }
 
 /// Lists the stage behind `dirfd`.
@@ -136,16 +126,15 @@ pub fn take(dirfd: BorrowedFd<'_>) -> io::Result<Listing> {
             Err(e) => return Err(e.into()),
         };
         let mut e = entry_of(&raw, &st);
-        if e.kind == EntryType::File {
-            let is_receipt = raw.as_slice() == RECEIPT_NAME.as_bytes();
-            let keep = if is_receipt { MAX_RECEIPT } else { 0 };
-            match hash_file(dirfd, c.as_c_str(), &st, keep)? {
+        // Only the receipt is ever read (uploads: their metadata alone),
+        // and only when its size is one `begin` can have written.
+        let is_receipt = raw.as_slice() == RECEIPT_NAME.as_bytes();
+        if is_receipt && e.kind == EntryType::File && e.size <= MAX_RECEIPT {
+            match read_receipt(dirfd, c.as_c_str(), &st, MAX_RECEIPT)? {
                 None => out.changed.push(e.name.clone()),
                 Some((sha, kept)) => {
                     e.sha256 = Some(sha);
-                    if is_receipt {
-                        out.receipt = kept;
-                    }
+                    out.receipt = Some(kept);
                 }
             }
         }

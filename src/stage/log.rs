@@ -32,8 +32,6 @@ pub struct DiscardStarted {
     pub identity: Option<DirId>,
     /// `--receipt-sha256`.
     pub receipt_sha256: String,
-    /// The declared names, from the receipt (empty if it could not be read).
-    pub declared: Vec<String>,
     pub uid: u32,
     pub pid: u32,
 }
@@ -53,8 +51,12 @@ pub struct StageInventoried {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct DiscardApproved {
-    /// What is removed, in order (the receipt last, then the stage itself).
+    /// What is removed, in order: the uploads, the receipt, then
+    /// `.rea-discarding` (then the stage itself).
     pub plan: Vec<String>,
+    /// The inode of the `.rea-discarding` marker this discard created
+    /// (exclusively, before this record) and removes last.
+    pub marker_ino: u64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,6 +64,8 @@ pub struct DiscardApproved {
 pub enum Removed {
     File,
     Receipt,
+    /// The discard's own `.rea-discarding`.
+    Marker,
     Stage,
 }
 

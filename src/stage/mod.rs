@@ -20,6 +20,11 @@ pub mod remove;
 pub const RECEIPT_NAME: &str = ".rea-before-transfer";
 /// The marker `rea-watchdog` creates before its first spawn (the stage is armed).
 pub const ARMED_NAME: &str = ".rea-exec-started";
+/// The marker `rea-stage discard` creates before its first removal. With
+/// [`ARMED_NAME`] it is an interlock: each side creates its own marker
+/// exclusively, then looks for the other's, and backs off if it is there,
+/// so a watchdog and a discard never both go ahead on one stage.
+pub const DISCARDING_NAME: &str = ".rea-discarding";
 
 /// Hex SHA-256 of `bytes` (the receipt's digest, as `begin` prints it).
 pub fn sha256_hex(bytes: &[u8]) -> String {

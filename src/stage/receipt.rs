@@ -15,7 +15,7 @@ use nix::sys::stat::{mkdirat, Mode};
 use serde::{Deserialize, Serialize};
 
 use super::path::{open_parent, Id, PathError};
-use super::{sha256_hex, ARMED_NAME, RECEIPT_NAME};
+use super::{sha256_hex, ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};
 
 /// The receipt's `kind` and `version`.
 pub const KIND: &str = "before_transfer";
@@ -104,7 +104,7 @@ pub fn check_names(names: &[String]) -> Result<(), BadName> {
             Some(BadName::Dot(n.clone()))
         } else if n.chars().any(|c| c.is_control()) {
             Some(BadName::Control(n.escape_default().to_string()))
-        } else if n == RECEIPT_NAME || n == ARMED_NAME {
+        } else if n == RECEIPT_NAME || n == ARMED_NAME || n == DISCARDING_NAME {
             Some(BadName::Reserved(n.clone()))
         } else if !seen.insert(n.as_str()) {
             Some(BadName::Duplicate(n.clone()))

@@ -20,6 +20,10 @@ use super::path::{Id, Parent};
 /// check after it runs as it would have, and any failure of the hook
 /// itself is ignored.
 pub const PAUSE_ENV: &str = "REA_STAGE_PAUSE_BEFORE_RMDIR";
+/// The second test hook, the same way: read one byte from this FIFO after
+/// `.rea-discarding` was created and before discard looks for
+/// `.rea-exec-started` (so before its first unlink).
+pub const PAUSE_UNLINK_ENV: &str = "REA_STAGE_PAUSE_BEFORE_UNLINK";
 
 fn concurrent(name: Option<&str>, detail: String) -> Refusal {
     Refusal::new(Code::ConcurrentChange, name, detail)
@@ -58,9 +62,24 @@ pub fn unlink_entry(dirfd: BorrowedFd<'_>, raw: &[u8], was: &Entry) -> Result<()
     }
 }
 
-/// Waits on the pause FIFO if the hook is set (tests only).
-pub fn pause_hook() {
-    let Some(path) = std::env::var_os(PAUSE_ENV) else {
+/// Removes `name` (a marker rea created) if it is still the regular file
+/// of inode `ino`; the error says why not.
+pub fn unlink_own(dirfd: BorrowedFd<'_>, name: &str, ino: u64) -> Result<(), String> {
+    use nix::fcntl::AtFlags;
+    let st = nix::sys::stat::fstatat(dirfd, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+        .map_err(|e| format!("{name}: {e}"))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_ino != ino {
+        return Err(format!(
+            "{name} is now inode {}, not the one created (inode {ino})",
+            st.st_ino
+        ));
+    }
+    unlinkat(dirfd, name, UnlinkatFlags::NoRemoveDir).map_err(|e| format!("unlink {name}: {e}"))
+}
+
+/// Waits on the pause FIFO named by `var` if the hook is set (tests only).
+pub fn pause_hook(var: &str) {
+    let Some(path) = std::env::var_os(var) else {
         return;
     };
     let Ok(mut f) = std::fs::File::open(&path) else {
@@ -78,7 +97,7 @@ pub fn pause_hook() {
 
 /// Removes the (now empty) stage, if its name still leads to `opened`.
 pub fn remove_stage(parent: &Parent, stage: BorrowedFd<'_>, opened: Id) -> Result<(), Refusal> {
-    pause_hook();
+    pause_hook(PAUSE_ENV);
     match parent.stage_id_now() {
         Ok(now) if (now.dev, now.ino) == (opened.dev, opened.ino) => {}
         Ok(now) => {

@@ -6,6 +6,13 @@
 //! no longer "before any exec" and `rea-stage discard` refuses it. Arming
 //! that fails (already armed by another run, the stage replaced, any I/O
 //! error) refuses the start: nothing is launched.
+//!
+//! The interlock with a discard: right after creating `.rea-exec-started`
+//! the watchdog looks for `.rea-discarding` (which discard creates
+//! exclusively before its first removal, then looks for ours). If it is
+//! there, the watchdog removes its own marker (by the inode it created) and
+//! refuses to start. A stage whose receipt is gone while `.rea-discarding`
+//! is there is being discarded: also refused.
 
 use std::io::Write;
 use std::os::fd::AsFd;
@@ -17,7 +24,8 @@ use super::config::Config;
 use crate::audit::record::{DirIdentity, Event, StageArmed};
 use crate::inventory::open_dir;
 use crate::stage::receipt::create_exclusive;
-use crate::stage::{ARMED_NAME, RECEIPT_NAME};
+use crate::stage::remove::unlink_own;
+use crate::stage::{ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};
 
 /// [`arm_stage`] as the step `Ledger::start` takes after the first records.
 pub fn then<'a>(
@@ -41,9 +49,27 @@ pub fn arm_stage(cfg: &Config, start: Option<&DirIdentity>) -> Result<Option<Eve
     if (st.st_dev, st.st_ino) != (start.dev, start.ino) {
         return Err(fail("arming", &"it was replaced since the start"));
     }
+    let discarding = |fd: &std::os::fd::OwnedFd| match fstatat(
+        fd.as_fd(),
+        DISCARDING_NAME,
+        AtFlags::AT_SYMLINK_NOFOLLOW,
+    ) {
+        Ok(_) => Ok(true),
+        Err(nix::errno::Errno::ENOENT) => Ok(false),
+        Err(e) => Err(fail(&format!("looking for {DISCARDING_NAME}"), &e)),
+    };
+    let busy = "a rea-stage discard is removing this stage";
     match fstatat(fd.as_fd(), RECEIPT_NAME, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(_) => {}
-        Err(nix::errno::Errno::ENOENT) => return Ok(None),
+        Err(nix::errno::Errno::ENOENT) => {
+            if discarding(&fd)? {
+                return Err(fail(
+                    "arming",
+                    &format!("{busy} ({DISCARDING_NAME} exists, its receipt is already gone)"),
+                ));
+            }
+            return Ok(None);
+        }
         Err(e) => return Err(fail("looking for the before-transfer receipt", &e)),
     }
     let mut f = match create_exclusive(fd.as_fd(), ARMED_NAME) {
@@ -57,6 +83,22 @@ pub fn arm_stage(cfg: &Config, start: Option<&DirIdentity>) -> Result<Option<Eve
         Err(e) => return Err(fail(&format!("creating {ARMED_NAME}"), &e)),
     };
     let ino = fstat(&f).map_err(|e| fail("fstat the marker", &e))?.st_ino;
+    let other = discarding(&fd);
+    if !matches!(other, Ok(false)) {
+        drop(f);
+        let undone = match unlink_own(fd.as_fd(), ARMED_NAME, ino) {
+            Ok(()) => {
+                let _ = nix::unistd::fsync(&fd);
+                format!("our {ARMED_NAME} was removed again")
+            }
+            Err(e) => format!("our {ARMED_NAME} could not be removed: {e}"),
+        };
+        let why = match other {
+            Ok(_) => format!("{busy} ({DISCARDING_NAME} exists)"),
+            Err(e) => e,
+        };
+        return Err(fail("arming", &format!("{why}; {undone}")));
+    }
     writeln!(f, "{}", cfg.run_id).map_err(|e| fail("writing the marker", &e))?;
     f.sync_all().map_err(|e| fail("fsync the marker", &e))?;
     nix::unistd::fsync(&fd).map_err(|e| fail("fsync", &e))?;
