@@ -373,6 +373,30 @@ fn a_stage_full_of_hostile_names_is_refused_within_the_line_cap() {
 }
 
 #[test]
+fn an_audit_log_inside_the_stage_is_refused_before_anything() {
+    let f = Fixture::new(&FILES);
+    std::fs::create_dir(f.scratch.path("elsewhere")).unwrap();
+    let via_link = f.scratch.path("elsewhere/link");
+    std::os::unix::fs::symlink(&f.dir, &via_link).unwrap();
+    let mut before = snapshot(f.scratch.dir.path());
+    // A declared name, an undeclared one, and the stage reached via a link.
+    for log in [
+        f.dir.join("data.tar"),
+        f.dir.join("discard.jsonl"),
+        via_link.join("x.jsonl"),
+    ] {
+        if log.starts_with(&f.dir) && log.ends_with("data.tar") {
+            std::fs::remove_file(&log).unwrap();
+            before = snapshot(f.scratch.dir.path());
+        }
+        let (code, out, err) = discard(&f.dir, &f.hex, &log);
+        assert_eq!(code, 4, "{}: {out}{err}", log.display());
+        assert!(err.contains("inside the stage"), "{err}");
+        assert_eq!(snapshot(f.scratch.dir.path()), before, "nothing changed");
+    }
+}
+
+#[test]
 fn an_extra_file_is_refused() {
     let f = Fixture::new(&FILES);
     std::fs::write(f.dir.join("payload.so"), b"not declared").unwrap();

@@ -21,7 +21,8 @@ Exit codes (discard):
   2  concurrent the stage changed while it was being removed; removal stopped,
                 what is left is kept (never forced), the log says what was removed
   3  log failed the audit log could not be written; nothing more was done
-  4  usage      bad arguments, or FILE already exists
+  4  usage      bad arguments, FILE already exists, or FILE is inside DIR
+                (nothing is created or removed)
 
 Every decision, the inventory and each removal are in FILE, a hash-chained log
 (SPEC 4's chain rule): `rea-audit verify FILE` says discarded or refused.
@@ -78,7 +79,8 @@ enum Cmd {
         /// The SHA-256 `begin` printed.
         #[arg(long, value_name = "HEX")]
         receipt_sha256: String,
-        /// The discard's audit log (must not exist; created 0600).
+        /// The discard's audit log (must not exist, must be outside DIR;
+        /// created 0600).
         #[arg(long, value_name = "FILE")]
         audit_log: PathBuf,
     },

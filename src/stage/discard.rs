@@ -88,6 +88,44 @@ impl Run {
     }
 }
 
+/// Whether the log would be created inside the stage (its directory, or a
+/// directory above it up to `/`, is the stage by dev/inode): then discard
+/// would be removing, or racing with, its own log. Checked before the log
+/// is created; `None` when the stage cannot be opened (refused later).
+fn log_in_stage(dir: &Path, log_path: &Path) -> Option<String> {
+    use nix::fcntl::{openat, OFlag};
+    let stage = open_parent(dir).ok()?.open_stage().ok()?;
+    let st = Id::of(stage.as_fd()).ok()?;
+    let parent = match log_path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut fd: std::os::fd::OwnedFd = std::fs::File::open(parent).ok()?.into();
+    for _ in 0..4096 {
+        let here = Id::of(fd.as_fd()).ok()?;
+        if (here.dev, here.ino) == (st.dev, st.ino) {
+            return Some(format!(
+                "--audit-log {} is inside the stage {}: the log must be outside it",
+                log_path.display(),
+                dir.display()
+            ));
+        }
+        let up = openat(
+            fd.as_fd(),
+            "..",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .ok()?;
+        let above = Id::of(up.as_fd()).ok()?;
+        if (above.dev, above.ino) == (here.dev, here.ino) {
+            return None;
+        }
+        fd = up;
+    }
+    None
+}
+
 /// Refuses before anything was listed (the stage could not be reached).
 fn unreachable(run: &mut Run, stage: &str, hex: &str, r: Refusal) -> Done {
     if let Err(e) = run.started(stage, None, hex) {
@@ -113,6 +151,9 @@ pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
         Ok(n) => format!("discard-{}", &n[..16]),
         Err(e) => return usage(format!("cannot read /dev/urandom: {e}")),
     };
+    if let Some(why) = log_in_stage(dir, log_path) {
+        return usage(why);
+    }
     let log = match StageLog::create(log_path, &run_id) {
         Ok(l) => l,
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
