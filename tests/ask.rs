@@ -11,7 +11,8 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Child;
 
 use common::harness::*;
 use common::stop::strs;
@@ -34,6 +35,46 @@ fn asked(oracle: &Oracle, log: &Path, signal: &str, on_stop: &str) -> Vec<String
         "--children".into(),
         "3".into(),
     ]
+}
+
+/// `asked.py` submitted as job `install` with `--stop-signal flag`, every
+/// member reported on the oracle FIFO and held by a pidfd.
+struct Runtime {
+    oracle: Oracle,
+    log: PathBuf,
+    submit: Child,
+    members: Vec<Member>,
+    held: Held,
+}
+
+impl Runtime {
+    fn start(w: &Watchdog, signal: &str, on_stop: &str, flag: &str) -> Runtime {
+        let mut oracle = Oracle::new(&w.scratch, "oracle");
+        let log = w.scratch.path("asked.log");
+        let job = asked(&oracle, &log, signal, on_stop);
+        let args = [
+            "--name",
+            "install",
+            "--deadline",
+            "200s",
+            "--stop-signal",
+            flag,
+        ];
+        let submit = w.submit_bg(&args, &strs(&job));
+        let (members, _) = oracle.wait_ready(PATIENCE);
+        let held = Held::bind_all(&members);
+        Runtime {
+            oracle,
+            log,
+            submit,
+            members,
+            held,
+        }
+    }
+
+    fn leader(&self) -> &Member {
+        self.members.iter().find(|m| m.role == "leader").unwrap()
+    }
 }
 
 /// The `signal_sweep` records, in order.
@@ -72,38 +113,23 @@ fn a_leader_that_cleans_up_when_asked_leaves_its_children_unsignalled() {
     // A long grace: half of it (5 s) is far more than the cleanup takes,
     // so a TERM sweep here would be the watchdog's fault, not the load's.
     let mut w = Watchdog::start(&["--term-grace", "10s"]);
-    let mut oracle = Oracle::new(&w.scratch, "oracle");
-    let log = w.scratch.path("asked.log");
-    let job = asked(&oracle, &log, "USR1", "cleanup");
-    let submit = w.submit_bg(
-        &[
-            "--name",
-            "install",
-            "--deadline",
-            "200s",
-            "--stop-signal",
-            "USR1",
-        ],
-        &strs(&job),
-    );
-    let (members, _) = oracle.wait_ready(PATIENCE);
-    let held = Held::bind_all(&members);
-    let leader = members.iter().find(|m| m.role == "leader").unwrap();
+    let mut rt = Runtime::start(&w, "USR1", "cleanup", "USR1");
+    let leader = rt.leader().pid;
 
     let stop = w.stop();
     assert!(stop.status.success(), "{stop:?}");
-    assert!(oracle.wait_eof(PATIENCE), "a member survived");
-    assert!(held.wait_all_exited(PATIENCE).is_empty());
-    let out = output_within(submit, PATIENCE);
+    assert!(rt.oracle.wait_eof(PATIENCE), "a member survived");
+    assert!(rt.held.wait_all_exited(PATIENCE).is_empty());
+    let out = output_within(rt.submit, PATIENCE);
     assert_eq!(out.status.code(), Some(124), "stopped: {out:?}");
 
     // The runtime's own account: every child finished, none was signalled.
-    let told = std::fs::read_to_string(&log).unwrap();
+    let told = std::fs::read_to_string(&rt.log).unwrap();
     let finished = told.lines().filter(|l| l.starts_with("finished ")).count();
     assert_eq!(finished, 3, "{told}");
     assert!(!told.contains("signal "), "a child was signalled: {told}");
     assert!(
-        told.contains(&format!("leader finished {}", leader.pid)),
+        told.contains(&format!("leader finished {}", leader)),
         "{told}"
     );
 
@@ -113,7 +139,7 @@ fn a_leader_that_cleans_up_when_asked_leaves_its_children_unsignalled() {
     assert_eq!(s.len(), 1, "only the ask: {s:#?}");
     assert_eq!(s[0]["stage"], "ask");
     assert_eq!(s[0]["signals"], serde_json::json!(["SIGUSR1", "SIGCONT"]));
-    assert_eq!(pids(&s[0]), vec![i64::from(leader.pid)]);
+    assert_eq!(pids(&s[0]), vec![i64::from(leader)]);
     let spawned = &of_kind(&recs, "job_spawned")[0]["data"];
     assert_eq!(spawned["stop_signal"], "SIGUSR1", "{spawned}");
 
@@ -133,25 +159,11 @@ fn a_leader_that_ignores_its_stop_signal_gets_term_to_the_rest_at_half_the_grace
     let sibling = Sibling::start();
     let (grace_ms, kill_ms) = (2000u64, 3000u64);
     let mut w = Watchdog::start(&["--term-grace", "2s", "--kill-bound", "3s"]);
-    let mut oracle = Oracle::new(&w.scratch, "oracle");
-    let log = w.scratch.path("asked.log");
-    let job = asked(&oracle, &log, "USR2", "ignore");
-    let submit = w.submit_bg(
-        &[
-            "--name",
-            "install",
-            "--deadline",
-            "200s",
-            "--stop-signal",
-            "usr2",
-        ],
-        &strs(&job),
-    );
-    let (members, _) = oracle.wait_ready(PATIENCE);
-    let held = Held::bind_all(&members);
-    let leader = members.iter().find(|m| m.role == "leader").unwrap();
+    let mut rt = Runtime::start(&w, "USR2", "ignore", "usr2");
+    let leader = rt.leader().pid;
     let children: Vec<i64> = {
-        let mut v: Vec<i64> = members
+        let mut v: Vec<i64> = rt
+            .members
             .iter()
             .filter(|m| m.role == "child")
             .map(|m| i64::from(m.pid))
@@ -162,16 +174,16 @@ fn a_leader_that_ignores_its_stop_signal_gets_term_to_the_rest_at_half_the_grace
 
     let stop = w.stop();
     assert!(stop.status.success(), "{stop:?}");
-    assert!(oracle.wait_eof(PATIENCE), "a member survived");
-    assert!(held.wait_all_exited(PATIENCE).is_empty());
-    assert_eq!(output_within(submit, PATIENCE).status.code(), Some(124));
+    assert!(rt.oracle.wait_eof(PATIENCE), "a member survived");
+    assert!(rt.held.wait_all_exited(PATIENCE).is_empty());
+    assert_eq!(output_within(rt.submit, PATIENCE).status.code(), Some(124));
 
     let recs = w.records();
     let s = sweeps(&recs);
     // 1. the ask, to the leader alone, with its own signal;
     assert_eq!(s[0]["stage"], "ask", "{s:#?}");
     assert_eq!(s[0]["signals"], serde_json::json!(["SIGUSR2", "SIGCONT"]));
-    assert_eq!(pids(&s[0]), vec![i64::from(leader.pid)]);
+    assert_eq!(pids(&s[0]), vec![i64::from(leader)]);
     // 2. the ask ends at half the grace, the leader still alive;
     let ended = of_kind(&recs, "ask_ended");
     assert_eq!(ended.len(), 1, "{recs:#?}");
@@ -193,11 +205,11 @@ fn a_leader_that_ignores_its_stop_signal_gets_term_to_the_rest_at_half_the_grace
     let mut termed: Vec<i64> = term.iter().flat_map(|x| pids(x)).collect();
     termed.sort();
     let mut want = children.clone();
-    want.push(i64::from(leader.pid));
+    want.push(i64::from(leader));
     want.sort();
     assert_eq!(termed, want, "TERM to the children and the leader");
     // ... which the children saw (and nothing before it);
-    let told = std::fs::read_to_string(&log).unwrap();
+    let told = std::fs::read_to_string(&rt.log).unwrap();
     assert_eq!(
         told.lines()
             .filter(|l| l.starts_with("signal SIGTERM "))
@@ -211,7 +223,7 @@ fn a_leader_that_ignores_its_stop_signal_gets_term_to_the_rest_at_half_the_grace
         .into_iter()
         .find(|r| r["data"]["stage"] == "kill")
         .expect("a KILL sweep");
-    assert_eq!(pids(&kill_rec["data"]), vec![i64::from(leader.pid)]);
+    assert_eq!(pids(&kill_rec["data"]), vec![i64::from(leader)]);
     assert!(since_trigger_ms(&recs, kill_rec) >= grace_ms);
     // 5. all of it within the grace and the kill bound.
     let done = &of_kind(&recs, "stop_completed")[0]["data"];

@@ -704,22 +704,29 @@ class Verdict(dict):
 def verify(binary, audit_log, expect_head=None, expect_run=None, staging=None):
     """Runs `rea-audit verify --json`; returns a `Verdict` (exit codes: 0
     delete_allowed, 1 retain, 2 incomplete, 3 tampered, 4 error)."""
+    args = []
+    if expect_head:
+        args += ["--expect-head", expect_head]
+    if expect_run:
+        args += ["--expect-run", expect_run]
+    if staging is not None:
+        args += ["--staging", os.fspath(staging)]
+    return _rea_audit(binary, "verify", audit_log, args, Verdict, "verdict")
+
+
+def _rea_audit(binary, sub, audit_log, args, wrap, what):
+    """Runs `rea-audit SUB LOG --json ARGS`; its JSON as `wrap`, with
+    `.exit_code` set."""
     binary = binary or os.environ.get("REA_AUDIT") or shutil.which("rea-audit")
     if not binary:
         raise ReaError("rea-audit not found (pass binary= or set REA_AUDIT)")
-    cmd = [binary, "verify", os.fspath(audit_log), "--json"]
-    if expect_head:
-        cmd += ["--expect-head", expect_head]
-    if expect_run:
-        cmd += ["--expect-run", expect_run]
-    if staging is not None:
-        cmd += ["--staging", os.fspath(staging)]
+    cmd = [binary, sub, os.fspath(audit_log), "--json", *args]
     out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          stdin=subprocess.DEVNULL, timeout=120)
     try:
-        v = Verdict(json.loads(out.stdout))
+        v = wrap(json.loads(out.stdout))
     except ValueError:
-        raise ReaError(f"rea-audit verify printed no verdict (exit {out.returncode}): "
+        raise ReaError(f"rea-audit {sub} printed no {what} (exit {out.returncode}): "
                        f"{out.stderr.decode(errors='replace').strip()}") from None
     v.exit_code = out.returncode
     return v
@@ -756,21 +763,10 @@ class Reconciled(dict):
 def reconcile(binary, audit_log, staging=None, state_dir=None):
     """Runs `rea-audit reconcile --json` (read-only: it never signals,
     deletes or writes); returns a `Reconciled`."""
-    binary = binary or os.environ.get("REA_AUDIT") or shutil.which("rea-audit")
-    if not binary:
-        raise ReaError("rea-audit not found (pass binary= or set REA_AUDIT)")
-    cmd = [binary, "reconcile", os.fspath(audit_log), "--json"]
+    args = []
     if staging is not None:
-        cmd += ["--staging", os.fspath(staging)]
+        args += ["--staging", os.fspath(staging)]
     if state_dir is not None:
-        cmd += ["--state-dir", os.fspath(state_dir)]
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         stdin=subprocess.DEVNULL, timeout=120)
-    try:
-        r = Reconciled(json.loads(out.stdout))
-    except ValueError:
-        raise ReaError(f"rea-audit reconcile printed no report (exit {out.returncode}): "
-                       f"{out.stderr.decode(errors='replace').strip()}") from None
-    r.exit_code = out.returncode
-    return r
+        args += ["--state-dir", os.fspath(state_dir)]
+    return _rea_audit(binary, "reconcile", audit_log, args, Reconciled, "report")
 

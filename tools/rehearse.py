@@ -389,12 +389,17 @@ def describe_verdict(v):
 
 # ----- scenarios ----------------------------------------------------------------
 
-def run_phases(wd, plan, scenario):
-    """install, then rehearsal; returns the rehearsal's JobResult."""
+def install_phase(wd, plan):
+    """The install phase, which must end well for the scenario to go on."""
     install = wd.submit(plan.install(), INSTALL_DEADLINE, capture=True, name="install",
                         inner_alarm=INSTALL_ALARM)
     if not install.ok:
         raise DemoError(f"the install phase failed: {install}")
+
+
+def run_phases(wd, plan, scenario):
+    """install, then rehearsal; returns the rehearsal's JobResult."""
+    install_phase(wd, plan)
     return wd.submit(plan.rehearsal(scenario), REHEARSAL_DEADLINE, capture=True,
                      name="rehearsal", inner_alarm=REHEARSAL_ALARM)
 
@@ -416,16 +421,20 @@ def scenario_normal(args, binaries, work, staging, scenario, report, later):
     return v, receipt.record, receipt.exit_code
 
 
-def scenario_watchdog_loss(args, binaries, work, staging, report, later):
-    plan = Plan(args, binaries[0])
-    become_subreaper()
+def start_and_install(args, binaries, work, staging, report, plan):
+    """Starts the watchdog (this process its root) and runs the install
+    phase to a good end; returns the watchdog."""
     wd = start_watchdog(args, binaries, work, staging)
     out(f"  watchdog   pid {wd.pid}, run {wd.run_id}")
     report["audit_log"] = wd.audit_log
-    install = wd.submit(plan.install(), INSTALL_DEADLINE, capture=True, name="install",
-                        inner_alarm=INSTALL_ALARM)
-    if not install.ok:
-        raise DemoError(f"the install phase failed: {install}")
+    install_phase(wd, plan)
+    return wd
+
+
+def scenario_watchdog_loss(args, binaries, work, staging, report, later):
+    plan = Plan(args, binaries[0])
+    become_subreaper()
+    wd = start_and_install(args, binaries, work, staging, report, plan)
     job = wd.spawn(plan.rehearsal("watchdog-loss"), REHEARSAL_DEADLINE, capture=True,
                    name="rehearsal", inner_alarm=REHEARSAL_ALARM)
     wait_for_launchers(work, 3)
@@ -589,13 +598,7 @@ def scenario_response_lost(args, binaries, work, staging, report, later, watchdo
     plan = Plan(args, binaries[0])
     if watchdog_too:
         become_subreaper()  # what the lost watchdog leaves comes back to us
-    wd = start_watchdog(args, binaries, work, staging)
-    out(f"  watchdog   pid {wd.pid}, run {wd.run_id}")
-    report["audit_log"] = wd.audit_log
-    install = wd.submit(plan.install(), INSTALL_DEADLINE, capture=True, name="install",
-                        inner_alarm=INSTALL_ALARM)
-    if not install.ok:
-        raise DemoError(f"the install phase failed: {install}")
+    wd = start_and_install(args, binaries, work, staging, report, plan)
     scenario = "response-and-watchdog-lost" if watchdog_too else "response-lost"
     job = wd.spawn(plan.rehearsal(scenario), REHEARSAL_DEADLINE, capture=True,
                    name="rehearsal", inner_alarm=REHEARSAL_ALARM)

@@ -29,22 +29,24 @@ pub struct Record<'a> {
     pub event: Event,
 }
 
+/// One record line as read (SPEC 4), its `data` not yet typed: the
+/// watchdog's log and the discard log share this envelope.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Wire<'a> {
-    v: u32,
+pub(crate) struct Wire<'a> {
+    pub v: u32,
     #[serde(borrow)]
-    run: Cow<'a, str>,
-    seq: u64,
+    pub run: Cow<'a, str>,
+    pub seq: u64,
     #[serde(borrow)]
-    ts: Cow<'a, str>,
-    mono_ns: u64,
+    pub ts: Cow<'a, str>,
+    pub mono_ns: u64,
     #[serde(borrow)]
-    kind: Cow<'a, str>,
+    pub kind: Cow<'a, str>,
     #[serde(borrow)]
-    prev: Cow<'a, str>,
+    pub prev: Cow<'a, str>,
     #[serde(borrow)]
-    data: &'a RawValue,
+    pub data: &'a RawValue,
 }
 
 /// Why a line is not a record.

@@ -15,10 +15,9 @@ use std::io::Read;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 
 use super::chain;
-use super::reader::{open_log, read_lines, OpenError, Piece};
+use super::reader::{open_log, read_lines, OpenError, Piece, Wire};
 use super::writer::MAX_LINE;
 use crate::stage::decide::{decide, plan, Code, Facts, Refusal};
 use crate::stage::log::{
@@ -122,24 +121,6 @@ pub fn is_stage_log(path: &Path) -> bool {
     }
     let line = first.split(|&b| b == b'\n').next().unwrap_or(&[]);
     serde_json::from_slice::<KindOnly>(line).is_ok_and(|k| KINDS.contains(&k.kind.as_ref()))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Wire<'a> {
-    v: u32,
-    #[serde(borrow)]
-    run: Cow<'a, str>,
-    seq: u64,
-    #[serde(borrow)]
-    ts: Cow<'a, str>,
-    mono_ns: u64,
-    #[serde(borrow)]
-    kind: Cow<'a, str>,
-    #[serde(borrow)]
-    prev: Cow<'a, str>,
-    #[serde(borrow)]
-    data: &'a RawValue,
 }
 
 #[derive(Default)]

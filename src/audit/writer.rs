@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::chain;
-use super::record::{Event, EventData, RECORD_VERSION};
+use super::record::{Event, RECORD_VERSION};
 use crate::clock;
 
 /// Longest record line the writer produces and `verify` accepts, without `\n`.
@@ -44,16 +44,18 @@ impl std::fmt::Display for AuditError {
 
 impl std::error::Error for AuditError {}
 
+/// One record line as written (SPEC 4), whatever its `data`: the watchdog's
+/// records and `rea-stage`'s discard log share this envelope and its key order.
 #[derive(Serialize)]
-struct Envelope<'a> {
-    v: u32,
-    run: &'a str,
-    seq: u64,
-    ts: &'a str,
-    mono_ns: u64,
-    kind: &'a str,
-    prev: &'a str,
-    data: EventData<'a>,
+pub(crate) struct Envelope<'a, D: Serialize> {
+    pub v: u32,
+    pub run: &'a str,
+    pub seq: u64,
+    pub ts: &'a str,
+    pub mono_ns: u64,
+    pub kind: &'a str,
+    pub prev: &'a str,
+    pub data: D,
 }
 
 /// The envelope fields of one record, as the writer spells them.

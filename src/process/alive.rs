@@ -10,13 +10,10 @@
 //! only not yet reaped). The fd is closed at once. Nothing here signals,
 //! waits on or otherwise touches the process: this module has no way to.
 
-use std::os::fd::AsFd;
-
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use serde::Serialize;
 
 use super::identity::{is_gone, read_stat, real_uid, Stat};
-use super::pidfd::pidfd_open;
+use super::pidfd::{pidfd_exited, pidfd_open};
 
 /// What the probe found.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,14 +57,6 @@ fn answer(state: Liveness, detail: impl Into<String>) -> Probe {
     }
 }
 
-fn exited(fd: &impl AsFd) -> bool {
-    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
-    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(1))
-        && fds[0]
-            .revents()
-            .is_some_and(|r| r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP))
-}
-
 /// Is the process (pid, start_time) alive? Read-only; see the module doc.
 pub fn probe(pid: i32, start_time: u64) -> Probe {
     if pid <= 0 {
@@ -94,7 +83,7 @@ pub fn probe(pid: i32, start_time: u64) -> Probe {
             ),
         );
     }
-    if st.is_zombie() || exited(&fd) {
+    if st.is_zombie() || pidfd_exited(&fd) {
         return answer(
             Liveness::Gone,
             "exited (a zombie not yet reaped by its parent)",

@@ -43,11 +43,7 @@ impl VerifiedPidFd {
 
     /// True once the process has exited (the pidfd polls readable).
     pub fn has_exited(&self) -> bool {
-        let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
-        matches!(poll(&mut fds, PollTimeout::ZERO), Ok(1))
-            && fds[0]
-                .revents()
-                .is_some_and(|r| r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP))
+        pidfd_exited(&self.fd)
     }
 
     /// The crate's only way to send a signal (`pidfd_send_signal`; the
@@ -105,6 +101,16 @@ pub enum BindError {
 }
 
 /// An error that says "out of descriptors or memory", not "no such process".
+/// True once the process a pidfd pins has exited: the pidfd polls
+/// readable (or hung up). Never blocks.
+pub(crate) fn pidfd_exited(fd: &impl AsFd) -> bool {
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(1))
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP))
+}
+
 pub fn short_of_descriptors(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),

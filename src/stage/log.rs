@@ -151,18 +151,6 @@ impl Serialize for StageEvent {
     }
 }
 
-#[derive(Serialize)]
-struct Envelope<'a> {
-    v: u32,
-    run: &'a str,
-    seq: u64,
-    ts: &'a str,
-    mono_ns: u64,
-    kind: &'a str,
-    prev: &'a str,
-    data: &'a StageEvent,
-}
-
 /// The exact line bytes (no `\n`) for a record: the one encoding the writer
 /// produces and the verifier compares against.
 pub fn encode(
@@ -173,7 +161,7 @@ pub fn encode(
     prev: &str,
     ev: &StageEvent,
 ) -> serde_json::Result<Vec<u8>> {
-    serde_json::to_vec(&Envelope {
+    serde_json::to_vec(&crate::audit::writer::Envelope {
         v: VERSION,
         run,
         seq,

@@ -26,16 +26,9 @@ pub const MAX_NAME: usize = 255;
 /// A receipt larger than this is not one `begin` wrote.
 pub const MAX_RECEIPT: u64 = 64 << 10;
 
-/// The stage as `begin` created it.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct StageId {
-    pub path: String,
-    pub dev: u64,
-    pub ino: u64,
-    pub uid: u32,
-    pub mode: u32,
-}
+/// The stage as `begin` created it: the same identity (path, dev, inode,
+/// uid, mode) the watchdog records for a staging directory.
+pub use crate::audit::record::DirIdentity as StageId;
 
 /// The receipt's content, field order as written.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
