@@ -397,6 +397,21 @@ fn an_audit_log_inside_the_stage_is_refused_before_anything() {
 }
 
 #[test]
+fn the_help_says_exit_2_covers_io_errors_during_removal() {
+    let (code, out, _) = stage_cmd(&["discard", "--help"], None);
+    assert_eq!(code, 0);
+    let two = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("2 "))
+        .unwrap();
+    assert!(two.contains("stopped"), "{two}");
+    assert!(
+        out.contains("an I/O error during removal (io_error)"),
+        "{out}"
+    );
+}
+
+#[test]
 fn an_extra_file_is_refused() {
     let f = Fixture::new(&FILES);
     std::fs::write(f.dir.join("payload.so"), b"not declared").unwrap();

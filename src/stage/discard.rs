@@ -24,7 +24,8 @@ use super::{ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};
 /// `rea-stage discard` exit codes (documented in `--help` and the README).
 pub const EXIT_DISCARDED: i32 = 0;
 pub const EXIT_REFUSED: i32 = 1;
-pub const EXIT_CONCURRENT: i32 = 2;
+/// Removal had begun and stopped: a concurrent change or an I/O error.
+pub const EXIT_STOPPED: i32 = 2;
 pub const EXIT_LOG_FAILED: i32 = 3;
 pub const EXIT_USAGE: i32 = 4;
 
@@ -251,11 +252,11 @@ pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
     if let Err(r) = remove_all(&mut run, &listing, &order, stage.as_fd(), marker_ino) {
         return match r {
             Stop::Log(e) => log_failed(e),
-            Stop::Refused(r) => run.seal(Outcome::Refused, vec![r], false, EXIT_CONCURRENT),
+            Stop::Refused(r) => run.seal(Outcome::Refused, vec![r], false, EXIT_STOPPED),
         };
     }
     if let Err(r) = remove_stage(&parent, stage.as_fd(), id) {
-        return run.seal(Outcome::Refused, vec![r], false, EXIT_CONCURRENT);
+        return run.seal(Outcome::Refused, vec![r], false, EXIT_STOPPED);
     }
     let _ = nix::unistd::fsync(&parent.fd);
     let gone = StageEvent::Removed(RemovedEntry {
