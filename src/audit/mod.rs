@@ -9,6 +9,7 @@ pub mod reconcile_env;
 pub mod reconcile_log;
 pub mod reconcile_text;
 pub mod record;
+pub mod record_group;
 pub mod replay;
 pub mod rules;
 pub mod show;
