@@ -7,6 +7,7 @@
 //! [`crate::process::pidfd::VerifiedPidFd`] for a process. `mode` is the
 //! vocabulary the records use.
 
+pub mod choice;
 pub mod discover;
 pub mod group;
 pub mod mode;

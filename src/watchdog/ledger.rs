@@ -21,6 +21,7 @@ use crate::audit::record::{
     Counts, Event, MappingUncertain, ReplyFailed, RequestRefused, RequestsRefused,
 };
 use crate::audit::{AuditError, AuditWriter};
+use crate::contain::{choice::Contained, group::ActionGroup};
 use crate::process::identity::{real_uid, Stat, UNKNOWN_UID};
 use crate::vocab::{bounded, RefusalReason, Uncertainty};
 
@@ -201,12 +202,23 @@ impl Ledger {
 
     /// Writes the first records, durably, at start (before anything runs);
     /// an error here means the action never starts.
-    pub fn start(&mut self, first: [Event; 2]) -> Result<(), String> {
-        for ev in &first {
+    /// With containment, its record is the third (SPEC 8) and the group
+    /// is handed back.
+    pub fn start(
+        &mut self,
+        first: [Event; 2],
+        contained: Option<Contained>,
+    ) -> Result<Option<ActionGroup>, String> {
+        let (third, group) = match contained {
+            Some(c) => (Some(Event::Containment(c.record)), c.group),
+            None => (None, None),
+        };
+        for ev in first.iter().chain(third.as_ref()) {
             self.audit.append(ev).map_err(|e| e.to_string())?;
             self.counts.add(ev);
         }
-        self.audit.sync().map_err(|e| e.to_string())
+        self.audit.sync().map_err(|e| e.to_string())?;
+        Ok(group)
     }
 
     /// A failure not yet acted on; each is handed out once.
