@@ -8,6 +8,7 @@ pub mod audit;
 pub mod b64;
 pub mod client;
 pub mod clock;
+pub mod contain;
 pub mod inventory;
 pub mod process;
 pub mod protocol;

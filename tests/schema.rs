@@ -586,6 +586,39 @@ fn every_kind_events() -> Vec<Event> {
             detail: String::new(),
         }),
         Event::StagingInventoried(staging_inventoried()),
+        Event::Containment(Containment {
+            requested: ContainRequest::Auto,
+            mode: ContainMode::Cgroup,
+            group: Some(GroupIdentity {
+                path: "/sys/fs/cgroup/unified/rea-run-all-kinds.1".into(),
+                ino: 2571,
+            }),
+            detail: String::new(),
+        }),
+        Event::Containment(Containment {
+            requested: ContainRequest::None,
+            mode: ContainMode::None,
+            group: None,
+            detail: "--contain none".into(),
+        }),
+        Event::GroupKill(GroupKill {
+            ino: 2571,
+            members: vec![4130, 4131],
+        }),
+        Event::GroupKillFailed(GroupKillFailed {
+            ino: 2571,
+            errno: 2,
+            detail: "No such file or directory".into(),
+        }),
+        Event::GroupRemoved(GroupRemoved {
+            group: GroupIdentity {
+                path: "/sys/fs/cgroup/unified/rea-run-all-kinds.1".into(),
+                ino: 2571,
+            },
+            populated: false,
+            removed: true,
+            detail: String::new(),
+        }),
         Event::Receipt(Receipt {
             outcome: Outcome::Stopped,
             stop_reason: Some(StopReason::Deadline),

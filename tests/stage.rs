@@ -951,11 +951,15 @@ fn the_real_watchdog_arms_the_stage_before_its_first_spawn() {
     assert!(w.wait(PATIENCE).success());
     let recs = w.records();
     let k: Vec<&str> = recs.iter().map(|r| r["kind"].as_str().unwrap()).collect();
-    assert_eq!(&k[..3], ["run_started", "root_bound", "stage_armed"]);
-    let first_spawn = k.iter().position(|k| *k == "job_spawned").unwrap();
-    assert!(first_spawn > 2);
+    // The start records (the third is containment, SPEC 8), then arming.
     assert_eq!(
-        recs[2]["data"]["ino"],
+        &k[..4],
+        ["run_started", "root_bound", "containment", "stage_armed"]
+    );
+    let first_spawn = k.iter().position(|k| *k == "job_spawned").unwrap();
+    assert!(first_spawn > 3);
+    assert_eq!(
+        recs[3]["data"]["ino"],
         std::fs::metadata(&marker).unwrap().ino()
     );
     let (code, v) = w.verify(&["--staging", s(&staging)]);
@@ -964,7 +968,7 @@ fn the_real_watchdog_arms_the_stage_before_its_first_spawn() {
     // A forger moving stage_armed after the first spawn (re-chained, seq
     // renumbered) is caught by the replay: arming comes before any spawn.
     let mut lines = common::logs::read_lines(&w.audit_log);
-    let armed = lines.remove(2);
+    let armed = lines.remove(3);
     // ... with a mono_ns between its new neighbours'.
     let mono = |l: &[u8]| serde_json::from_slice::<Value>(l).unwrap()["mono_ns"].clone();
     let (was, now) = (mono(&armed), mono(&lines[first_spawn - 1]));

@@ -9,6 +9,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::vocab::{Capture, Op, RefusalReason};
 
+pub use super::record_group::{
+    ContainMode, ContainRequest, Containment, GroupIdentity, GroupKill, GroupKillFailed,
+    GroupRemoved,
+};
+
 /// Record format version (`v`).
 pub const RECORD_VERSION: u32 = 1;
 
@@ -508,4 +513,8 @@ events! {
     TempRootRemoved(TempRootRemoved) = "temp_root_removed",
     StagingInventoried(StagingInventoried) = "staging_inventoried",
     Receipt(Receipt) = "receipt",
+    Containment(Containment) = "containment",
+    GroupKill(GroupKill) = "group_kill",
+    GroupKillFailed(GroupKillFailed) = "group_kill_failed",
+    GroupRemoved(GroupRemoved) = "group_removed",
 }

@@ -20,6 +20,7 @@ use super::record::{
     Counts, Event, Ident, Outcome, Receipt, RunStarted, Sig, SignalSweep, Stage,
     StagingInventoried, StopCompleted, StopReason,
 };
+use super::replay_group::GroupSeen;
 use super::verdict::{Code, Reason};
 
 fn mismatch(detail: String) -> Reason {
@@ -137,6 +138,8 @@ pub struct Replay {
     /// A `stop_triggered` for `hangup` was recorded (first or later).
     pub hangup_seen: bool,
     sweep: Sweep,
+    /// The containment records (SPEC 8).
+    group: GroupSeen,
     out: Vec<Reason>,
     dropped: u64,
 }
@@ -151,6 +154,12 @@ impl Replay {
             self.out.push(r);
         } else {
             self.dropped += 1;
+        }
+    }
+
+    fn push_problem(&mut self, problem: Option<String>) {
+        if let Some(p) = problem {
+            self.push(mismatch(p));
         }
     }
 
@@ -178,9 +187,9 @@ impl Replay {
             Event::StageArmed(a) => {
                 // Written once, right after root_bound, and only for a stage.
                 let staged = self.start.as_ref().is_some_and(|s| s.staging.is_some());
-                if self.seen != 3 || !staged {
+                if self.seen != self.group.first_records() + 1 || !staged {
                     self.push(mismatch(format!(
-                        "stage_armed ({}) is not the third record of a run with a staging directory",
+                        "stage_armed ({}) is not the first record after the start records of a run with a staging directory",
                         a.path
                     )));
                 }
@@ -267,6 +276,22 @@ impl Replay {
                 self.last_completed = Some(c);
             }
             Event::StagingInventoried(s) => self.last_staging = Some(s),
+            Event::Containment(c) => {
+                let p = self.group.containment(c, self.seen);
+                self.push_problem(p);
+            }
+            Event::GroupKill(k) => {
+                let p = self.group.kill(k.ino, false, self.triggered);
+                self.push_problem(p);
+            }
+            Event::GroupKillFailed(k) => {
+                let p = self.group.kill(k.ino, true, self.triggered);
+                self.push_problem(p);
+            }
+            Event::GroupRemoved(g) => {
+                let p = self.group.removed(&g.group, g.populated, g.removed);
+                self.push_problem(p);
+            }
             _ => {}
         }
     }
@@ -386,6 +411,8 @@ impl Replay {
                 "a stop record in a log whose receipt says closed".into(),
             );
         }
+        let p = self.group.finish(receipt);
+        self.push_problem(p);
         let mut out = std::mem::take(&mut self.out);
         if self.dropped > 0 {
             out.push(mismatch(format!("... and {} more", self.dropped)));

@@ -169,6 +169,25 @@ pub fn summary(ev: &Event) -> String {
             s.inventory.digest,
             specials(&s.special, s.special_truncated)
         ),
+        Event::Containment(c) => match &c.group {
+            Some(g) => format!(
+                "{:?} (asked {:?}): group {} inode {}",
+                c.mode, c.requested, g.path, g.ino
+            ),
+            None => format!("{:?} (asked {:?}) {}", c.mode, c.requested, c.detail),
+        },
+        Event::GroupKill(k) => format!(
+            "cgroup.kill of group inode {} ({} members)",
+            k.ino,
+            k.members.len()
+        ),
+        Event::GroupKillFailed(k) => {
+            format!("cgroup.kill of inode {} failed: errno {} {}", k.ino, k.errno, k.detail)
+        }
+        Event::GroupRemoved(g) => format!(
+            "group {} inode {}: populated {}, removed {} {}",
+            g.group.path, g.group.ino, g.populated, g.removed, g.detail
+        ),
         Event::Receipt(r) => format!(
             "{:?}{} quiescent {} uncertain {} temp removed {} root alive {} (jobs {}, signals {}, reaped {})",
             r.outcome,

@@ -8,6 +8,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use rea::audit::record::Mode;
 use rea::client::{resolve_program, ClientError, Session, Submit};
+use rea::contain::choice::ContainChoice;
+use rea::contain::mode::ContainRequest;
 use rea::protocol::{RefusalReason, Reply};
 use rea::units::{parse_bytes, parse_duration, parse_positive_duration};
 use rea::vocab::{is_token, StopSignal};
@@ -72,6 +74,34 @@ struct Bounds {
     /// A staging directory to inventory at close (never deleted).
     #[arg(long, value_name = "DIR")]
     staging: Option<PathBuf>,
+    /// Kernel containment: the action's own cgroup v2 group (auto: when a
+    /// writable cgroup2 hierarchy is found; cgroup: refuse to start
+    /// without one; none: user space only). REA_CONTAIN sets the default.
+    #[arg(
+        long,
+        value_name = "MODE",
+        value_parser = parse_contain,
+        default_value = "auto",
+        env = "REA_CONTAIN"
+    )]
+    contain: ContainRequest,
+    /// Look for the cgroup2 hierarchy at this mount point instead of
+    /// /proc/self/mountinfo (tests).
+    #[arg(long, value_name = "DIR", hide = true)]
+    cgroup_root: Option<PathBuf>,
+}
+
+impl Bounds {
+    fn contain(&self) -> ContainChoice {
+        ContainChoice {
+            request: self.contain,
+            root_override: self.cgroup_root.clone(),
+        }
+    }
+}
+
+fn parse_contain(s: &str) -> Result<ContainRequest, String> {
+    ContainRequest::parse(s).ok_or_else(|| format!("{s:?} is not one of {}", ContainRequest::NAMES))
 }
 
 #[derive(Subcommand)]
@@ -281,6 +311,7 @@ fn dispatch(cmd: Cmd) -> i32 {
             output_cap,
             bounds,
         } => {
+            let contain = bounds.contain();
             let mut cfg = match config(Mode::Run, run_id, bounds) {
                 Ok(c) => c,
                 Err(e) => return die(e),
@@ -295,6 +326,7 @@ fn dispatch(cmd: Cmd) -> i32 {
                     pid: root_pid,
                     start_time: root_start_time,
                 },
+                &contain,
             )
         }
         Cmd::Exec {
@@ -304,13 +336,14 @@ fn dispatch(cmd: Cmd) -> i32 {
             bounds,
             argv,
         } => {
+            let contain = bounds.contain();
             let mut cfg = match config(Mode::Exec, None, bounds) {
                 Ok(c) => c,
                 Err(e) => return die(e),
             };
             cfg.audit_log = audit_log.unwrap_or_default();
             cfg.output_cap = output_cap;
-            modes::exec(cfg, argv, deadline)
+            modes::exec(cfg, argv, deadline, &contain)
         }
         Cmd::Submit {
             state_dir,

@@ -32,8 +32,8 @@ use super::sources::{Source, Sources};
 use super::start::Started;
 use super::state_dir::StateDir;
 use super::stop::{Step, Trigger};
-use crate::audit::record::DirIdentity;
-use crate::audit::AuditWriter;
+use crate::audit::{record::DirIdentity, AuditWriter};
+use crate::contain::group::ActionGroup;
 use crate::process::reap::Peek;
 use crate::protocol::Reply;
 use crate::vocab::{Ident, Mode};
@@ -56,6 +56,8 @@ pub struct Action {
     jobs: Jobs,
     replies: Replies,
     phase: Phase,
+    /// The action's cgroup (SPEC 8) until close removes it.
+    group: Option<ActionGroup>,
 }
 
 impl Action {
@@ -63,7 +65,7 @@ impl Action {
     /// an action ready to serve. Nothing has been spawned yet.
     pub fn new(
         cfg: Config,
-        started: Started,
+        mut started: Started,
         state: StateDir,
         audit: AuditWriter,
         staging_start: Option<DirIdentity>,
@@ -72,21 +74,18 @@ impl Action {
         let mut src = Sources::new().map_err(|e| fail("epoll", e))?;
         let [first, root] = started.first_records(&cfg, &state, staging_start.clone());
         let deadline = cfg.action_deadline.map(|d| Instant::now() + d);
-        let jobs = Jobs::new(&cfg, &state, &started, deadline);
-        let jobs = jobs.map_err(|e| fail("stdout/stderr", e))?;
-        let how = StopStart {
-            priority: started.priority.taken(),
-            term_grace: cfg.term_grace,
-            kill_bound: cfg.kill_bound,
-        };
-        let (me, ext) = (
-            started.me,
-            External::new(started.signals, started.root, &mut src)?,
-        );
+        let jobs = Jobs::new(&cfg, &state, &started, deadline).map_err(|e| fail("jobs", e))?;
+        let (contained, how) = (started.contained.take(), StopStart::new(&cfg, &started));
+        let me = started.me;
+        let ext = External::new(started.signals, started.root, &mut src)?;
         src.add(state.fifo.as_raw_fd(), Source::Fifo, Interest::READABLE)
             .map_err(|e| fail("request FIFO", e))?;
         let mut ledger = Ledger::new(audit);
-        ledger.start([first, root], super::arm::then(&cfg, &staging_start))?;
+        let group = ledger.start(
+            [first, root],
+            contained,
+            super::arm::then(&cfg, &staging_start),
+        )?;
         Ok(Action {
             cfg,
             me,
@@ -100,6 +99,7 @@ impl Action {
             jobs,
             replies: Replies::default(),
             phase: Phase::Running { closing: None },
+            group,
         })
     }
 
@@ -351,8 +351,14 @@ impl Action {
         let Phase::Stopping { stop, wake, .. } = &mut self.phase else {
             return;
         };
-        let (me, ledger) = (self.me, &mut self.ledger);
-        let step = stop.step(&mut StopDesk { me, ledger, peek }, now);
+        let (me, ledger, group) = (self.me, &mut self.ledger, self.group.as_ref());
+        let mut desk = StopDesk {
+            me,
+            ledger,
+            peek,
+            group,
+        };
+        let step = stop.step(&mut desk, now);
         if let Step::Wait(t) = step {
             *wake = t;
         }
@@ -370,8 +376,9 @@ impl Action {
             return; // reaping moved the phase: not ours to seal
         };
         let reason = sealable.reason();
-        let evidence =
-            receipt::evidence(last, self.me, sealable.stop.as_mut(), self.jobs.is_empty());
+        let populated = receipt::close_group(self.group.take(), &mut self.ledger);
+        let (stop, jobs_empty) = (sealable.stop.as_mut(), self.jobs.is_empty());
+        let evidence = receipt::evidence(last, self.me, stop, jobs_empty, populated);
         let at = Sealing {
             state: &self.state,
             staging: self.cfg.staging.as_deref(),

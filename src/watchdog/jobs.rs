@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use mio::Interest;
@@ -118,6 +118,9 @@ pub struct Jobs {
     /// How the last job ended, or failed to start: exec's exit status
     /// (the last to happen wins).
     last: Option<ExecResult>,
+    /// The action group's `cgroup.procs` (write-only): every job writes
+    /// itself into it before exec (SPEC 8).
+    cgroup_procs: Option<OwnedFd>,
 }
 
 impl Jobs {
@@ -129,6 +132,8 @@ impl Jobs {
         started: &Started,
         action_deadline: Option<Instant>,
     ) -> io::Result<Jobs> {
+        let group = started.contained.as_ref().and_then(|c| c.group.as_ref());
+        let cgroup_procs = group.map(|g| g.procs_fd()).transpose()?;
         let pass = match cfg.mode {
             Mode::Exec => Some(Passthrough::new()?),
             Mode::Run => None,
@@ -145,6 +150,7 @@ impl Jobs {
             action_limit: cfg.action_deadline,
             pass,
             last: None,
+            cgroup_procs,
         })
     }
 
@@ -267,6 +273,7 @@ impl Jobs {
             watchdog_pid: self.watchdog_pid,
             nofile: self.nofile,
             priority: self.priority,
+            cgroup_procs: self.cgroup_procs.as_ref().map(|f| f.as_raw_fd()),
         };
         let sp = match spawn(&launch) {
             Ok(sp) => sp,

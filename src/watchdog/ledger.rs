@@ -21,6 +21,7 @@ use crate::audit::record::{
     Counts, Event, MappingUncertain, ReplyFailed, RequestRefused, RequestsRefused,
 };
 use crate::audit::{AuditError, AuditWriter};
+use crate::contain::{choice::Contained, group::ActionGroup};
 use crate::process::identity::{real_uid, Stat, UNKNOWN_UID};
 use crate::vocab::{bounded, RefusalReason, Uncertainty};
 
@@ -201,14 +202,20 @@ impl Ledger {
 
     /// Writes the first records, durably, at start (before anything runs);
     /// an error here means the action never starts.
-    /// The first records, durable; then `then` (arming the stage, the
-    /// first act after them: `arm::arm_stage`), and its record, durable.
+    /// With containment, its record is the third (SPEC 8) and the group
+    /// is handed back. Then `then` (arming the stage, the first act after
+    /// them: `arm::arm_stage`), and its record, durable.
     pub fn start(
         &mut self,
         first: [Event; 2],
+        contained: Option<Contained>,
         then: impl FnOnce() -> Result<Option<Event>, String>,
-    ) -> Result<(), String> {
-        for ev in &first {
+    ) -> Result<Option<ActionGroup>, String> {
+        let (third, group) = match contained {
+            Some(c) => (Some(Event::Containment(c.record)), c.group),
+            None => (None, None),
+        };
+        for ev in first.iter().chain(third.as_ref()) {
             self.audit.append(ev).map_err(|e| e.to_string())?;
             self.counts.add(ev);
         }
@@ -217,7 +224,7 @@ impl Ledger {
             self.audit.record(&ev).map_err(|e| e.to_string())?;
             self.counts.add(&ev);
         }
-        Ok(())
+        Ok(group)
     }
 
     /// A failure not yet acted on; each is handed out once.

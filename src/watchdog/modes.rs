@@ -15,6 +15,7 @@ use super::start::{prepare, RootChoice};
 use super::state_dir;
 use crate::audit::record::{Outcome, StopReason};
 use crate::audit::AuditWriter;
+use crate::contain::choice::{ContainChoice, Contained};
 use crate::inventory;
 use crate::protocol::RefusalReason;
 
@@ -30,7 +31,12 @@ fn fail(msg: impl std::fmt::Display) -> i32 {
 }
 
 /// Everything up to a serving action: checks, start, state dir, log.
-fn open_action(cfg: &Config, root: &RootChoice, new_session: bool) -> Result<Action, String> {
+fn open_action(
+    cfg: &Config,
+    root: &RootChoice,
+    new_session: bool,
+    contain: &ContainChoice,
+) -> Result<Action, String> {
     if cfg.audit_log.exists() {
         return Err(format!(
             "audit log {} already exists (one log per action; it is never appended to)",
@@ -44,10 +50,30 @@ fn open_action(cfg: &Config, root: &RootChoice, new_session: bool) -> Result<Act
         ),
         None => None,
     };
-    let started = prepare(root, new_session)?;
-    let state = state_dir::create(&cfg.state_dir).map_err(|e| e.to_string())?;
-    let audit = AuditWriter::create(&cfg.audit_log, &cfg.run_id)
-        .map_err(|e| format!("audit log {}: {e}", cfg.audit_log.display()))?;
+    let mut started = prepare(root, new_session)?;
+    // Before the state directory and the log: `cgroup` that cannot be had
+    // fails closed with nothing made and nothing launched.
+    let contained = contain.apply(&cfg.run_id)?;
+    let give_back = |c: Contained| {
+        if let Some(g) = c.group {
+            let _ = g.remove(); // empty: nothing was placed in it yet
+        }
+    };
+    let state = match state_dir::create(&cfg.state_dir) {
+        Ok(s) => s,
+        Err(e) => {
+            give_back(contained);
+            return Err(e.to_string());
+        }
+    };
+    let audit = match AuditWriter::create(&cfg.audit_log, &cfg.run_id) {
+        Ok(a) => a,
+        Err(e) => {
+            give_back(contained);
+            return Err(format!("audit log {}: {e}", cfg.audit_log.display()));
+        }
+    };
+    started.contained = Some(contained);
     Action::new(cfg.clone(), started, state, audit, staging_start)
 }
 
@@ -88,8 +114,8 @@ fn sealed_line(f: &Finished) -> String {
 }
 
 /// `rea-watchdog run`: exit 0 only for a positive, sealed receipt.
-pub fn run(cfg: Config, root: RootChoice) -> i32 {
-    let action = match open_action(&cfg, &root, true) {
+pub fn run(cfg: Config, root: RootChoice, contain: &ContainChoice) -> i32 {
+    let action = match open_action(&cfg, &root, true, contain) {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
@@ -110,7 +136,12 @@ pub fn run(cfg: Config, root: RootChoice) -> i32 {
 
 /// `rea-watchdog exec`: ARGV's status, 124 stopped (128+N when a signal to
 /// the watchdog stopped it), 125 own failure, 126/127 cannot execute/find.
-pub fn exec(mut cfg: Config, argv: Vec<OsString>, deadline: Option<std::time::Duration>) -> i32 {
+pub fn exec(
+    mut cfg: Config,
+    argv: Vec<OsString>,
+    deadline: Option<std::time::Duration>,
+    contain: &ContainChoice,
+) -> i32 {
     let base = std::env::var_os("TMPDIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/tmp"));
@@ -135,6 +166,7 @@ pub fn exec(mut cfg: Config, argv: Vec<OsString>, deadline: Option<std::time::Du
             start_time: None,
         },
         false,
+        contain,
     ) {
         Ok(a) => a,
         Err(e) => {

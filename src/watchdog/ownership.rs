@@ -19,6 +19,7 @@ use super::ledger::Ledger;
 use super::sources::Sources;
 use super::stop::{StopHost, Trigger};
 use crate::audit::record::{Event, Reaped, ReapedProc};
+use crate::contain::group::ActionGroup;
 use crate::process::identity::{read_stat, read_uids, real_uid, Stat, Uids, UNKNOWN_UID};
 use crate::process::reap::{self, Peek};
 use crate::process::scan::descendants;
@@ -231,6 +232,7 @@ pub struct StopDesk<'a> {
     pub me: Ident,
     pub ledger: &'a mut Ledger,
     pub peek: Peek,
+    pub group: Option<&'a ActionGroup>,
 }
 
 impl StopHost for StopDesk<'_> {
@@ -252,6 +254,10 @@ impl StopHost for StopDesk<'_> {
 
     fn uncertain(&mut self, st: &Stat, reason: Uncertainty, detail: &str) {
         self.ledger.uncertain(st, reason, detail);
+    }
+
+    fn group(&self) -> Option<&ActionGroup> {
+        self.group
     }
 }
 

@@ -15,10 +15,12 @@
 
 use std::time::{Duration, Instant};
 
+use super::config::Config;
 use super::effect::{Closer, Effects, ReplyTo};
 use super::intake::Gate;
 use super::ledger::Ledger;
 use super::receipt::Finished;
+use super::start::Started;
 use super::stop::{Ask, Stopper, Trigger};
 use crate::audit::record::{Event, StopCompleted, StopPriority};
 use crate::protocol::{Reply, PROTOCOL_VERSION};
@@ -84,6 +86,16 @@ pub struct StopStart {
     pub priority: StopPriority,
     pub term_grace: Duration,
     pub kill_bound: Duration,
+}
+
+impl StopStart {
+    pub fn new(cfg: &Config, started: &Started) -> StopStart {
+        StopStart {
+            priority: started.priority.taken(),
+            term_grace: cfg.term_grace,
+            kill_bound: cfg.kill_bound,
+        }
+    }
 }
 
 /// The reply to a `stop` request once the stop completed.

@@ -17,7 +17,12 @@ use crate::audit::record::{
     no_live_or_waitable, DirIdentity, Event, Inventory, Receipt, StagingInventoried, StopCompleted,
     TempRootInventoried, TempRootRemoved,
 };
+use crate::audit::record::{GroupIdentity, GroupRemoved};
+use crate::contain::group::ActionGroup;
 use crate::inventory;
+
+/// How long close waits for `populated 0` after the last reap.
+const GROUP_EMPTY_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 use crate::process::reap::Peek;
 use crate::process::scan::descendants;
 use crate::protocol::{Reply, PROTOCOL_VERSION};
@@ -56,6 +61,9 @@ pub struct Evidence<'a> {
     pub held_exited: bool,
     /// How the stop ended, when there was one.
     pub stop: Option<&'a StopCompleted>,
+    /// cgroup mode: `cgroup.events` said populated at close (an
+    /// unreadable one counts as populated); `None` without a group.
+    pub group_populated: Option<bool>,
 }
 
 impl Evidence<'_> {
@@ -67,7 +75,10 @@ impl Evidence<'_> {
     /// The whole proof: nothing live or waitable, every held pidfd exited,
     /// and a stop (if any) that did not run out of its kill bound.
     pub fn quiescent(&self) -> bool {
-        self.no_live() && self.held_exited && self.stop.is_none_or(StopCompleted::proved)
+        self.no_live()
+            && self.held_exited
+            && self.stop.is_none_or(StopCompleted::proved)
+            && self.group_populated != Some(true)
     }
 }
 
@@ -79,6 +90,7 @@ pub fn evidence(
     me: Ident,
     stop: Option<&mut (Stopper, StopCompleted)>,
     jobs_empty: bool,
+    group_populated: Option<bool>,
 ) -> Evidence<'_> {
     let scan_empty = matches!(descendants(me.pid), Ok(s) if s.is_empty());
     let (held_exited, done) = match stop {
@@ -90,7 +102,41 @@ pub fn evidence(
         scan_empty,
         held_exited: held_exited && jobs_empty,
         stop: done,
+        group_populated,
     }
+}
+
+/// At close in cgroup mode (SPEC 8): waits (bounded) for `populated 0`,
+/// removes the group when it is empty, records both. Returns whether it
+/// was populated (`None` without a group); a group left behind is named
+/// on stderr as well.
+pub fn close_group(group: Option<ActionGroup>, ledger: &mut Ledger) -> Option<bool> {
+    let group = group?;
+    let id = GroupIdentity {
+        path: group.path().to_string_lossy().into_owned(),
+        ino: group.ino(),
+    };
+    let populated = !matches!(group.wait_empty(GROUP_EMPTY_WAIT), Ok(true));
+    let (removed, detail) = match populated {
+        true => (
+            false,
+            "kept: cgroup.events does not say populated 0".to_string(),
+        ),
+        false => match group.remove() {
+            Ok(()) => (true, String::new()),
+            Err((_, e)) => (false, bounded(&format!("rmdir: {e}"))),
+        },
+    };
+    if !removed {
+        eprintln!("rea-watchdog: cgroup {} left in place: {detail}", id.path);
+    }
+    ledger.append(Event::GroupRemoved(GroupRemoved {
+        group: id,
+        populated,
+        removed,
+        detail,
+    }));
+    Some(populated)
 }
 
 /// The `closed` reply to the request that closed the action.

@@ -47,6 +47,10 @@ pub struct Launch<'a> {
     pub watchdog_pid: i32,
     pub nofile: libc::rlimit,
     pub priority: Base,
+    /// A write-only `cgroup.procs` fd of the action's group: the child
+    /// places itself there first thing (before exec, so every descendant
+    /// is in the group).
+    pub cgroup_procs: Option<i32>,
 }
 
 fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
@@ -56,9 +60,21 @@ fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
 }
 
 /// Runs between fork and exec: only async-signal-safe calls, no allocation.
-fn child_setup(parent: libc::pid_t, nofile: libc::rlimit, priority: Base) -> io::Result<()> {
+fn child_setup(
+    parent: libc::pid_t,
+    nofile: libc::rlimit,
+    priority: Base,
+    cgroup_procs: Option<i32>,
+) -> io::Result<()> {
     // SAFETY: plain syscalls on this (single-threaded, just forked) process.
     unsafe {
+        if let Some(fd) = cgroup_procs {
+            // "0" is the writer itself; a failure fails the spawn (never
+            // run a job outside the group the stop relies on).
+            if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                return Err(io::Error::last_os_error());
+            }
+        }
         if libc::setsid() < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -204,6 +220,7 @@ pub fn spawn(l: &Launch<'_>) -> Result<Spawned, SpawnError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let (parent, nofile, priority) = (l.watchdog_pid, l.nofile, l.priority);
+    let cgroup_procs = l.cgroup_procs;
     let exec = Execve::new(l).map_err(|detail| SpawnError {
         errno: libc::EINVAL,
         reason: RefusalReason::BadArgv,
@@ -212,7 +229,7 @@ pub fn spawn(l: &Launch<'_>) -> Result<Spawned, SpawnError> {
     // SAFETY: child_setup and Execve::exec only make async-signal-safe calls.
     unsafe {
         cmd.pre_exec(move || {
-            child_setup(parent, nofile, priority)?;
+            child_setup(parent, nofile, priority, cgroup_procs)?;
             exec.exec()
         });
     }

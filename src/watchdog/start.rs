@@ -9,6 +9,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use super::config::Config;
 use super::state_dir::StateDir;
 use crate::audit::record::{DirIdentity, Event, Ident, RootBound, RootSource, RunStarted};
+use crate::contain::choice::Contained;
 use crate::process::identity::read_stat;
 use crate::process::pidfd::{bind_ident, BindError, VerifiedPidFd};
 
@@ -33,6 +34,8 @@ pub struct Started {
     pub nofile: libc::rlimit,
     /// The nice value before it was raised; jobs get it back.
     pub priority: Base,
+    /// The action's cgroup, when it has one, and its record (SPEC 8).
+    pub contained: Option<Contained>,
 }
 
 impl Started {
@@ -172,5 +175,6 @@ pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String
         signals,
         nofile,
         priority,
+        contained: None,
     })
 }

@@ -39,11 +39,12 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::audit::record::{
-    no_live_or_waitable, AskEnd, AskEnded, Event, Ident, Link, Sig, SignalFailed, SignalSweep,
-    Stage, StopCompleted, StopReason, Uncertainty,
+    no_live_or_waitable, AskEnd, AskEnded, Event, GroupKill, GroupKillFailed, Ident, Link, Sig,
+    SignalFailed, SignalSweep, Stage, StopCompleted, StopReason, Uncertainty,
 };
 use crate::clock::millis;
-use crate::process::identity::Stat;
+use crate::contain::group::ActionGroup;
+use crate::process::identity::{is_gone, read_stat, Stat};
 use crate::process::pidfd::{bind, BindError, VerifiedPidFd};
 use crate::process::reap::Peek;
 use crate::process::scan::descendants;
@@ -88,6 +89,21 @@ fn open_descriptors() -> Option<usize> {
     std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count())
 }
 
+/// Adds the group's members the `/proc` closure did not find to `scan`.
+fn add_members(g: &ActionGroup, scan: &mut Vec<Stat>) -> std::io::Result<()> {
+    let seen: HashSet<i32> = scan.iter().map(|s| s.pid).collect();
+    for pid in g.members()? {
+        if pid > 0 && !seen.contains(&pid) {
+            match read_stat(pid) {
+                Ok(st) => scan.push(st),
+                Err(e) if is_gone(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A sweep's record part being filled: the targets bound since the last
 /// part, and the closure members passed over (for the replay's parent links).
 struct Part {
@@ -129,6 +145,10 @@ pub trait StopHost {
     fn reap(&mut self) -> Peek;
     /// Records a live descendant that could not be proven (once per process).
     fn uncertain(&mut self, st: &Stat, reason: Uncertainty, detail: &str);
+    /// The action's cgroup in cgroup mode (SPEC 8).
+    fn group(&self) -> Option<&ActionGroup> {
+        None
+    }
 }
 
 pub enum Step {
@@ -169,6 +189,8 @@ pub struct Stopper {
     held: HashMap<Key, VerifiedPidFd>,
     /// The soft descriptor limit, read when the stop began.
     soft: usize,
+    /// cgroup mode: `cgroup.kill` was written (once, at the KILL stage).
+    group_killed: bool,
 }
 
 impl Stopper {
@@ -208,6 +230,7 @@ impl Stopper {
             retry: HashMap::new(),
             held: HashMap::new(),
             soft: soft_limit(),
+            group_killed: false,
         }
     }
 
@@ -215,10 +238,18 @@ impl Stopper {
     pub fn step(&mut self, host: &mut impl StopHost, now: Instant) -> Step {
         let peek = host.reap();
         let me = host.me();
-        let (scan, scan_error) = match descendants(me.pid) {
+        let (mut scan, mut scan_error) = match descendants(me.pid) {
             Ok(s) => (s, None),
             Err(e) => (Vec::new(), Some(e.to_string())),
         };
+        if let Some(g) = host.group() {
+            // The group's members count as well (SPEC 8): one the closure
+            // missed keeps the stop going (and binds only if its parent is
+            // the watchdog or a member).
+            if let Err(e) = add_members(g, &mut scan) {
+                scan_error.get_or_insert(e.to_string());
+            }
+        }
         self.held.retain(|_, fd| !fd.has_exited());
         let echild = peek == Peek::NoChildren;
         let scan_empty = scan.is_empty() && scan_error.is_none();
@@ -269,6 +300,9 @@ impl Stopper {
             }
             let left = scan.iter().filter(|s| !s.is_zombie()).count() as u64;
             return Step::Done(self.completed(now, echild, scan_empty, left));
+        }
+        if self.stage == Stage::Kill && !self.group_killed {
+            self.kill_group(host);
         }
         let signalled = match self.stage {
             Stage::Ask => self.ask(host, &scan),
@@ -342,6 +376,25 @@ impl Stopper {
         }
         self.sweeps = part.sweep;
         true
+    }
+
+    /// cgroup mode, the KILL stage's first step: `cgroup.kill`, once,
+    /// recorded durably before it is written (like a sweep); the sweeps
+    /// go on after it as in `none`.
+    fn kill_group(&mut self, host: &mut impl StopHost) {
+        self.group_killed = true;
+        let Some(g) = host.group() else { return };
+        let (ino, members) = (g.ino(), g.members().unwrap_or_default());
+        host.append(Event::GroupKill(GroupKill { ino, members }));
+        host.sync();
+        let Some(g) = host.group() else { return };
+        if let Err(e) = g.kill() {
+            host.append(Event::GroupKillFailed(GroupKillFailed {
+                ino,
+                errno: e.raw_os_error().unwrap_or(0),
+                detail: crate::vocab::bounded(&e.to_string()),
+            }));
+        }
     }
 
     /// The ask step is under way: a leader's exit may end it.

@@ -1,0 +1,65 @@
+//! Choosing containment at start (SPEC 8): `auto` takes a cgroup when a
+//! writable cgroup2 hierarchy is found and the group can be made, else
+//! none; `cgroup` refuses to start without one; `none` never looks.
+
+use std::path::PathBuf;
+
+use super::discover::discover;
+use super::group::ActionGroup;
+use super::mode::{ContainMode, ContainRequest};
+use crate::audit::record_group::{Containment, GroupIdentity};
+
+/// `--contain` and where discovery looks (`--cgroup-root`, for tests).
+#[derive(Clone, Debug, Default)]
+pub struct ContainChoice {
+    pub request: ContainRequest,
+    pub root_override: Option<PathBuf>,
+}
+
+/// What start chose: the record to write and the group, if any.
+#[derive(Debug)]
+pub struct Contained {
+    pub record: Containment,
+    pub group: Option<ActionGroup>,
+}
+
+impl ContainChoice {
+    /// Discovers and creates `rea-<run_id>` as asked. `Err` only for
+    /// `cgroup` that cannot have one (the caller refuses to start).
+    pub fn apply(&self, run_id: &str) -> Result<Contained, String> {
+        let none = |detail: String| Contained {
+            record: Containment {
+                requested: self.request,
+                mode: ContainMode::None,
+                group: None,
+                detail,
+            },
+            group: None,
+        };
+        if self.request == ContainRequest::None {
+            return Ok(none("--contain none".into()));
+        }
+        let made = discover(self.root_override.as_deref()).and_then(|h| {
+            ActionGroup::create(&h.own, run_id)
+                .map_err(|e| format!("cannot create {}/rea-{run_id}: {e}", h.own.display()))
+        });
+        match (made, self.request) {
+            (Ok(g), _) => Ok(Contained {
+                record: Containment {
+                    requested: self.request,
+                    mode: ContainMode::Cgroup,
+                    group: Some(GroupIdentity {
+                        path: g.path().to_string_lossy().into_owned(),
+                        ino: g.ino(),
+                    }),
+                    detail: String::new(),
+                },
+                group: Some(g),
+            }),
+            (Err(e), ContainRequest::Cgroup) => Err(format!(
+                "--contain cgroup: no writable cgroup v2 hierarchy ({e}); refusing to start"
+            )),
+            (Err(e), _) => Ok(none(e)),
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! The action's own cgroup: [`ActionGroup`], made only by an exclusive
+//! `mkdir` of `rea-<run id>` (or re-opened by its recorded inode), holding
+//! the directory fd, its path and inode (the cgroup id).
+//!
+//! Like [`crate::process::pidfd::VerifiedPidFd`] for a process, the
+//! identity carries its operations. Every file of the group is opened with
+//! `openat` on the held directory fd, never by path, so a group removed and
+//! recreated under the same name is never touched: its files are another
+//! directory's. [`ActionGroup::kill`] (`cgroup.kill`) is, with
+//! `VerifiedPidFd::signal`, the only way anything is ever killed (SPEC
+//! 3.5); no other code in the crate names `cgroup.kill`.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::{fstat, fstatat, Mode};
+use nix::unistd::{unlinkat, UnlinkatFlags};
+
+/// Every group this crate creates is named `rea-<run id>`.
+pub const PREFIX: &str = "rea-";
+
+/// The action's own cgroup (see the module doc).
+#[derive(Debug)]
+pub struct ActionGroup {
+    /// The parent directory (the watchdog's own group), for `rmdir`.
+    parent: OwnedFd,
+    name: String,
+    dir: OwnedFd,
+    path: PathBuf,
+    ino: u64,
+}
+
+fn open_dir(path: &Path) -> io::Result<OwnedFd> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::other("NUL"))?;
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+    // SAFETY: valid NUL-terminated path; the fd returned is new and ours.
+    let fd = unsafe { libc::open(c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just returned by open; nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn valid_name(name: &str) -> bool {
+    name.strip_prefix(PREFIX)
+        .is_some_and(crate::vocab::is_token)
+}
+
+impl ActionGroup {
+    /// Creates `parent/rea-<run_id>` (exclusive: an existing directory is
+    /// an error, never adopted) and opens it.
+    pub fn create(parent: &Path, run_id: &str) -> io::Result<ActionGroup> {
+        let name = format!("{PREFIX}{run_id}");
+        if !valid_name(&name) {
+            return Err(io::Error::other(format!("{name:?} is not a group name")));
+        }
+        let pfd = open_dir(parent)?;
+        nix::sys::stat::mkdirat(&pfd, name.as_str(), Mode::from_bits_truncate(0o755))
+            .map_err(io::Error::from)?;
+        let opened = openat(&pfd, name.as_str(), dir_flags(), Mode::empty())
+            .map_err(io::Error::from)
+            .and_then(|dir| ActionGroup::from_parts(pfd.try_clone()?, &name, dir, parent));
+        if opened.is_err() {
+            let _ = unlinkat(&pfd, name.as_str(), UnlinkatFlags::RemoveDir);
+        }
+        opened
+    }
+
+    /// Re-opens a group from its recorded path and inode (recovery, a
+    /// test's clean-up): only a `rea-` group whose directory still has the
+    /// recorded inode.
+    pub fn open_recorded(path: &Path, ino: u64) -> io::Result<ActionGroup> {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .filter(|n| valid_name(n))
+            .ok_or_else(|| io::Error::other(format!("{} is not a rea group", path.display())))?;
+        let parent = path.parent().ok_or_else(|| io::Error::other("no parent"))?;
+        let pfd = open_dir(parent)?;
+        let dir = openat(&pfd, name, dir_flags(), Mode::empty()).map_err(io::Error::from)?;
+        let g = ActionGroup::from_parts(pfd, name, dir, parent)?;
+        if g.ino != ino {
+            return Err(io::Error::other(format!(
+                "{} has inode {}, the record says {ino}: another group",
+                path.display(),
+                g.ino
+            )));
+        }
+        Ok(g)
+    }
+
+    fn from_parts(parent: OwnedFd, name: &str, dir: OwnedFd, at: &Path) -> io::Result<Self> {
+        let ino = fstat(&dir).map_err(io::Error::from)?.st_ino;
+        Ok(ActionGroup {
+            parent,
+            name: name.to_string(),
+            dir,
+            path: at.join(name),
+            ino,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The directory's inode: the cgroup id.
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+
+    /// The name still names the directory held (same inode), so what is
+    /// done through the held fd is done to the group the records name.
+    fn check(&self) -> io::Result<()> {
+        let held = fstat(&self.dir).map_err(io::Error::from)?.st_ino;
+        let named = fstatat(
+            &self.parent,
+            self.name.as_str(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .map_err(io::Error::from)?
+        .st_ino;
+        if held != self.ino || named != self.ino {
+            return Err(io::Error::other(format!(
+                "{} is no longer the group created (inode {named}, held {held}, recorded {})",
+                self.path.display(),
+                self.ino
+            )));
+        }
+        Ok(())
+    }
+
+    fn open_file(&self, name: &str, flags: OFlag) -> io::Result<File> {
+        let fd = openat(
+            &self.dir,
+            name,
+            flags | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+            Mode::empty(),
+        )
+        .map_err(io::Error::from)?;
+        Ok(File::from(fd))
+    }
+
+    fn read_file(&self, name: &str) -> io::Result<String> {
+        let mut s = String::new();
+        self.open_file(name, OFlag::O_RDONLY)?
+            .read_to_string(&mut s)?;
+        Ok(s)
+    }
+
+    /// A write-only `cgroup.procs` fd for placing jobs: a child writes `0`
+    /// to it between fork and exec (SPEC 8).
+    pub fn procs_fd(&self) -> io::Result<OwnedFd> {
+        self.check()?;
+        Ok(self.open_file("cgroup.procs", OFlag::O_WRONLY)?.into())
+    }
+
+    /// The group's processes now (`cgroup.procs`), as pids of this
+    /// process's PID namespace.
+    pub fn members(&self) -> io::Result<Vec<i32>> {
+        let text = self.read_file("cgroup.procs")?;
+        Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+    }
+
+    /// `populated` of `cgroup.events`: some process is in the group (or a
+    /// descendant group).
+    pub fn populated(&self) -> io::Result<bool> {
+        let text = self.read_file("cgroup.events")?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("populated "))
+            .map(|v| v.trim() == "1")
+            .ok_or_else(|| io::Error::other("cgroup.events has no populated line"))
+    }
+
+    /// Waits (polling, at most `limit`) until the group is not populated.
+    pub fn wait_empty(&self, limit: std::time::Duration) -> io::Result<bool> {
+        let until = std::time::Instant::now() + limit;
+        loop {
+            if !self.populated()? {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= until {
+                return Ok(false);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// SIGKILL to every member, atomically with respect to fork
+    /// (`cgroup.kill`, written through the held directory fd after the
+    /// inode is checked again).
+    pub fn kill(&self) -> io::Result<()> {
+        self.check()?;
+        self.open_file("cgroup.kill", OFlag::O_WRONLY)?
+            .write_all(b"1")
+    }
+
+    /// `rmdir`, after checking the name still names this group; the group
+    /// back with the error when it cannot be removed (EBUSY: members left).
+    pub fn remove(self) -> Result<(), (ActionGroup, io::Error)> {
+        if let Err(e) = self.check() {
+            return Err((self, e));
+        }
+        match unlinkat(&self.parent, self.name.as_str(), UnlinkatFlags::RemoveDir) {
+            Ok(()) => Ok(()),
+            Err(e) => Err((self, io::Error::from(e))),
+        }
+    }
+}
+
+fn dir_flags() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW
+}

@@ -1,0 +1,13 @@
+//! Kernel containment (SPEC 8): the action's own cgroup v2 group.
+//!
+//! `discover` finds a writable cgroup2 hierarchy and the watchdog's own
+//! group in it; `group` is the [`group::ActionGroup`], the identity of the
+//! group `rea-<run id>` this process created by exclusive `mkdir`, with
+//! its operations (members, populated, kill, remove) as methods, like
+//! [`crate::process::pidfd::VerifiedPidFd`] for a process. `mode` is the
+//! vocabulary the records use.
+
+pub mod choice;
+pub mod discover;
+pub mod group;
+pub mod mode;

@@ -1,0 +1,306 @@
+//! Issue 12, first slice: kernel containment (SPEC 8). A watchdog with
+//! `--contain cgroup` places every job in its own group `rea-<run id>`;
+//! a stop ends everything (the KILL stage writes `cgroup.kill`, recorded
+//! first), the proof adds `populated 0`, the group is removed at close.
+//! `auto` picks cgroup here and `none` where discovery finds no writable
+//! cgroup2 (a missing directory, one that is not cgroup2, a read-only
+//! cgroup2 mount); `--contain cgroup` there fails closed, nothing launched.
+//!
+//! Run inside a private PID namespace (`tools/test --test contain`). Every
+//! group a test sees is removed by a guard even when the test fails: it
+//! re-opens the group by its *recorded* inode (a `rea-` name only), kills
+//! it through `ActionGroup::kill` and removes it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::harness::*;
+use common::stop::*;
+use rea::contain::group::ActionGroup;
+use serde_json::Value;
+
+/// Removes the recorded group at the end of a test, whatever happened.
+struct GroupGuard {
+    path: PathBuf,
+    ino: u64,
+}
+
+impl GroupGuard {
+    fn of(recs: &[Value]) -> Option<GroupGuard> {
+        let c = of_kind(recs, "containment").first()?["data"]["group"].clone();
+        Some(GroupGuard {
+            path: PathBuf::from(c["path"].as_str()?),
+            ino: c["ino"].as_u64()?,
+        })
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Ok(g) = ActionGroup::open_recorded(&self.path, self.ino) {
+            if g.populated().unwrap_or(true) {
+                let _ = g.kill();
+                let _ = g.wait_empty(Duration::from_secs(5));
+            }
+            let _ = g.remove();
+        }
+    }
+}
+
+fn containment(recs: &[Value]) -> Value {
+    let c = of_kind(recs, "containment");
+    assert_eq!(c.len(), 1, "one containment record: {:?}", kinds(recs));
+    assert_eq!(kinds(recs)[2], "containment", "the third record");
+    c[0]["data"].clone()
+}
+
+/// The group path `/proc/PID/cgroup` shows for pid (its `0::` line).
+fn cgroup_of(pid: i32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(str::to_string)
+}
+
+#[test]
+fn cgroup_mode_contains_the_tree_and_kills_it_through_the_group() {
+    if skip_outside_pid_ns("contain") {
+        return;
+    }
+    let sibling = Sibling::start();
+    // A short grace: the tree ignores TERM in places, so KILL is needed.
+    let mut w = Watchdog::start(&["--contain", "cgroup", "--term-grace", "200ms"]);
+    let recs = w.records();
+    let _guard = GroupGuard::of(&recs);
+    let c = containment(&recs);
+    assert_eq!(c["mode"], "cgroup", "{c}");
+    assert_eq!(c["requested"], "cgroup", "{c}");
+    let gpath = PathBuf::from(c["group"]["path"].as_str().unwrap());
+    let name = format!("rea-{}", w.run_id());
+    assert_eq!(gpath.file_name().unwrap().to_str(), Some(name.as_str()));
+    assert!(gpath.is_dir(), "the group exists while the action runs");
+    // The watchdog itself stays outside the group.
+    let own = cgroup_of(w.pid()).unwrap();
+    assert!(!own.ends_with(&name), "the watchdog is in {own}");
+
+    let mut t = Nasty::start(&w, &sibling, &[], "wait");
+    let mut inside = 0;
+    for m in &t.members {
+        if let Some(cg) = cgroup_of(m.pid) {
+            if !cg.is_empty() {
+                assert!(
+                    cg.ends_with(&format!("/{name}")),
+                    "{} ({}) is in {cg}",
+                    m.pid,
+                    m.role
+                );
+                inside += 1;
+            }
+        }
+    }
+    assert!(inside >= 10, "only {inside} members read back in the group");
+    assert!(!cgroup_of(sibling.pid()).unwrap().ends_with(&name));
+
+    let stop = client_wait(&w, "stop");
+    assert!(stop.status.success(), "{stop:?}");
+    t.assert_gone(&sibling, &w.run_id());
+    let close = client_wait(&w, "close");
+    assert!(close.status.success(), "{close:?}");
+    assert!(w.wait(PATIENCE).success());
+    assert_positive_stop(&w, &sibling, "stop_requested");
+
+    let recs = w.records();
+    let ks = kinds(&recs);
+    let kill = of_kind(&recs, "group_kill");
+    assert_eq!(kill.len(), 1, "cgroup.kill written once: {ks:?}");
+    assert_eq!(kill[0]["data"]["ino"], c["group"]["ino"]);
+    assert!(of_kind(&recs, "group_kill_failed").is_empty(), "{ks:?}");
+    // Recorded in the KILL stage: after the TERM sweeps, before any KILL sweep.
+    let at = ks.iter().position(|k| k == "group_kill").unwrap();
+    let sweeps: Vec<(usize, String)> = recs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r["kind"] == "signal_sweep")
+        .map(|(i, r)| (i, r["data"]["stage"].as_str().unwrap().to_string()))
+        .collect();
+    assert!(
+        sweeps.iter().any(|(i, s)| s == "term" && *i < at),
+        "{sweeps:?}"
+    );
+    assert!(
+        sweeps.iter().all(|(i, s)| s != "kill" || *i > at),
+        "{sweeps:?}"
+    );
+    let removed = of_kind(&recs, "group_removed");
+    assert_eq!(removed.len(), 1, "{ks:?}");
+    let r = &removed[0]["data"];
+    assert_eq!(r["populated"], false, "{r}");
+    assert_eq!(r["removed"], true, "{r}");
+    assert_eq!(r["group"], c["group"]);
+    assert!(ks.iter().position(|k| k == "group_removed") < ks.iter().position(|k| k == "receipt"));
+    assert!(!gpath.exists(), "the group directory is gone after close");
+    sibling.assert_alive();
+}
+
+#[test]
+fn auto_picks_cgroup_here_and_removes_the_group_at_close() {
+    if skip_outside_pid_ns("contain") {
+        return;
+    }
+    let mut w = Watchdog::start(&[]);
+    let recs = w.records();
+    let _guard = GroupGuard::of(&recs);
+    let c = containment(&recs);
+    assert_eq!(c["requested"], "auto", "{c}");
+    assert_eq!(c["mode"], "cgroup", "{c}");
+    let gpath = PathBuf::from(c["group"]["path"].as_str().unwrap());
+    let out = w.submit(&["--capture"], &["/bin/cat", "/proc/self/cgroup"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l == format!("0::/rea-{}", w.run_id())
+            || l.ends_with(&format!("/rea-{}", w.run_id()))),
+        "{text}"
+    );
+    let close = w.close();
+    assert!(close.status.success(), "{close:?}");
+    assert!(w.wait(PATIENCE).success());
+    let recs = w.records();
+    assert_eq!(receipt(&recs)["quiescent"], true);
+    assert_eq!(of_kind(&recs, "group_removed")[0]["data"]["removed"], true);
+    assert!(of_kind(&recs, "group_kill").is_empty(), "no stop, no kill");
+    assert!(!gpath.exists());
+    let (code, v) = w.verify(&["--staging", w.staging.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(v["verdict"], "delete_allowed", "{v:#}");
+}
+
+/// A watchdog with discovery pointed at `root`: `auto` must choose none.
+fn auto_is_none_at(root: &Path, why: &str) {
+    let mut w = Watchdog::start(&["--cgroup-root", root.to_str().unwrap()]);
+    let recs = w.records();
+    let _guard = GroupGuard::of(&recs);
+    let c = containment(&recs);
+    assert_eq!(c["requested"], "auto", "{c}");
+    assert_eq!(c["mode"], "none", "{c}");
+    assert!(c["group"].is_null(), "{c}");
+    assert!(c["detail"].as_str().unwrap().contains(why), "{c}");
+    let out = w.submit(&[], &["/bin/true"]);
+    assert!(out.status.success(), "{out:?}");
+    let close = w.close();
+    assert!(close.status.success(), "{close:?}");
+    assert!(w.wait(PATIENCE).success());
+    let recs = w.records();
+    assert!(of_kind(&recs, "group_removed").is_empty());
+    let (code, v) = w.verify(&["--staging", w.staging.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v:#}");
+}
+
+/// `rea-watchdog run --contain cgroup` with discovery at `root`: exit 125,
+/// a clear message, no log, no state directory, nothing launched.
+fn cgroup_fails_closed_at(root: &Path, scratch: &Scratch) {
+    let (state, log) = (scratch.path("state-refused"), scratch.path("refused.jsonl"));
+    let out = Command::new(watchdog_bin())
+        .args(["run", "--contain", "cgroup", "--cgroup-root"])
+        .arg(root)
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("--audit-log")
+        .arg(&log)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--contain cgroup"), "{err}");
+    assert!(!log.exists() && !state.exists(), "nothing made: {err}");
+    let marker = scratch.path("launched");
+    let out = Command::new(watchdog_bin())
+        .args(["exec", "--contain", "cgroup", "--cgroup-root"])
+        .arg(root)
+        .arg("--audit-log")
+        .arg(scratch.path("exec-refused.jsonl"))
+        .arg("--")
+        .arg("/bin/touch")
+        .arg(&marker)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(!marker.exists(), "exec launched ARGV without its group");
+    assert!(!scratch.path("exec-refused.jsonl").exists());
+}
+
+#[test]
+fn without_a_writable_cgroup2_auto_is_none_and_cgroup_fails_closed() {
+    if skip_outside_pid_ns("contain") {
+        return;
+    }
+    let scratch = Scratch::new();
+    let missing = scratch.path("no-such-mount");
+    auto_is_none_at(&missing, "no-such-mount");
+    cgroup_fails_closed_at(&missing, &scratch);
+    let plain = scratch.path("plain-dir");
+    std::fs::create_dir(&plain).unwrap();
+    auto_is_none_at(&plain, "not a cgroup2 mount");
+    cgroup_fails_closed_at(&plain, &scratch);
+}
+
+/// A read-only cgroup2 mount (the same hierarchy, mounted again `ro` in
+/// the test's private mount namespace, which tools/test makes).
+#[test]
+fn a_read_only_cgroup2_mount_is_not_writable() {
+    if skip_outside_pid_ns("contain") {
+        return;
+    }
+    let scratch = Scratch::new();
+    let ro = scratch.path("ro-cgroup2");
+    std::fs::create_dir(&ro).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "cgroup2", "-o", "ro,nosuid,nodev,noexec", "none"])
+        .arg(&ro)
+        .status();
+    if !matches!(st, Ok(s) if s.success()) {
+        eprintln!("SKIPPED read-only cgroup2: cannot mount one here ({st:?})");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _u = Unmount(ro.clone());
+    auto_is_none_at(&ro, "read-only");
+    cgroup_fails_closed_at(&ro, &scratch);
+}
+
+#[test]
+fn none_stops_the_tree_as_before_with_no_group() {
+    if skip_outside_pid_ns("contain") {
+        return;
+    }
+    let sibling = Sibling::start();
+    let mut w = Watchdog::start(&["--contain", "none"]);
+    let c = containment(&w.records());
+    assert_eq!(c["mode"], "none", "{c}");
+    assert_eq!(c["requested"], "none", "{c}");
+    let mut t = Nasty::start(&w, &sibling, &[], "wait");
+    let own = cgroup_of(w.pid()).unwrap();
+    let leader = t.member("root");
+    assert_eq!(cgroup_of(leader.pid).unwrap(), own, "no group in none mode");
+    let stop = client_wait(&w, "stop");
+    assert!(stop.status.success(), "{stop:?}");
+    t.assert_gone(&sibling, &w.run_id());
+    let close = client_wait(&w, "close");
+    assert!(close.status.success(), "{close:?}");
+    assert!(w.wait(PATIENCE).success());
+    assert_positive_stop(&w, &sibling, "stop_requested");
+    let recs = w.records();
+    for k in ["group_kill", "group_kill_failed", "group_removed"] {
+        assert!(of_kind(&recs, k).is_empty(), "{k} in none mode");
+    }
+}
