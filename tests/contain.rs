@@ -15,40 +15,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use common::harness::*;
 use common::stop::*;
-use rea::contain::group::ActionGroup;
 use serde_json::Value;
-
-/// Removes the recorded group at the end of a test, whatever happened.
-struct GroupGuard {
-    path: PathBuf,
-    ino: u64,
-}
-
-impl GroupGuard {
-    fn of(recs: &[Value]) -> Option<GroupGuard> {
-        let c = of_kind(recs, "containment").first()?["data"]["group"].clone();
-        Some(GroupGuard {
-            path: PathBuf::from(c["path"].as_str()?),
-            ino: c["ino"].as_u64()?,
-        })
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if let Ok(g) = ActionGroup::open_recorded(&self.path, self.ino) {
-            if g.populated().unwrap_or(true) {
-                let _ = g.kill();
-                let _ = g.wait_empty(Duration::from_secs(5));
-            }
-            let _ = g.remove();
-        }
-    }
-}
 
 fn containment(recs: &[Value]) -> Value {
     let c = of_kind(recs, "containment");
@@ -143,6 +113,71 @@ fn cgroup_mode_contains_the_tree_and_kills_it_through_the_group() {
     assert!(ks.iter().position(|k| k == "group_removed") < ks.iter().position(|k| k == "receipt"));
     assert!(!gpath.exists(), "the group directory is gone after close");
     sibling.assert_alive();
+    let (code, v) = w.verify(&["--staging", w.staging.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v:#}");
+
+    // The replay holds the group records to the containment record.
+    let ino = c["group"]["ino"].as_u64().unwrap();
+    let s = |x: &str| x.to_string();
+    let cases = [
+        (
+            "group_kill",
+            format!("\"ino\":{ino}"),
+            format!("\"ino\":{}", ino + 1),
+            "names group inode",
+        ),
+        (
+            "group_removed",
+            s("\"populated\":false"),
+            s("\"populated\":true"),
+            "says populated",
+        ),
+        (
+            "containment",
+            s("\"mode\":\"cgroup\""),
+            s("\"mode\":\"none\""),
+            "names a group",
+        ),
+    ];
+    for (kind, from, to, why) in cases {
+        let (code, v) = forge(&w, kind, &from, &to);
+        assert_eq!(code, 3, "{kind} edited: {v:#}");
+        assert!(v.to_string().contains(why), "{kind}: wants {why:?}: {v:#}");
+    }
+    let (code, v) = forge(&w, "group_removed", "", "");
+    assert_eq!(code, 3, "group_removed dropped: {v:#}");
+    assert!(v.to_string().contains("no group_removed"), "{v:#}");
+}
+
+/// The log of `w` with the first `kind` record edited (`from` → `to`), or
+/// dropped (`from` empty), re-chained as a forger would; verify's answer.
+fn forge(w: &Watchdog, kind: &str, from: &str, to: &str) -> (i32, Value) {
+    let mut lines = common::logs::read_lines(&w.audit_log);
+    let tag = format!("\"kind\":\"{kind}\"");
+    let at = lines
+        .iter()
+        .position(|l| String::from_utf8_lossy(l).contains(&tag))
+        .unwrap_or_else(|| panic!("no {kind} record"));
+    if from.is_empty() {
+        lines.remove(at);
+        for (i, l) in lines.iter_mut().enumerate() {
+            *l = common::logs::with_seq(l, i as u64);
+        }
+        common::logs::rechain(&mut lines, &w.run_id(), 0);
+    } else {
+        lines[at] = common::logs::replace_once(&lines[at], from, to.as_bytes());
+        common::logs::rechain(&mut lines, &w.run_id(), at);
+    }
+    let forged = w.scratch.path(&format!("forged-{kind}.jsonl"));
+    common::logs::write_lines(&forged, &lines);
+    let out = Command::new(audit_bin())
+        .arg("verify")
+        .arg(&forged)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code().unwrap_or(-1), v)
 }
 
 #[test]
@@ -150,7 +185,8 @@ fn auto_picks_cgroup_here_and_removes_the_group_at_close() {
     if skip_outside_pid_ns("contain") {
         return;
     }
-    let mut w = Watchdog::start(&[]);
+    // Explicit: REA_CONTAIN (tools/test's none pass) must not decide here.
+    let mut w = Watchdog::start(&["--contain", "auto"]);
     let recs = w.records();
     let _guard = GroupGuard::of(&recs);
     let c = containment(&recs);
@@ -180,7 +216,7 @@ fn auto_picks_cgroup_here_and_removes_the_group_at_close() {
 
 /// A watchdog with discovery pointed at `root`: `auto` must choose none.
 fn auto_is_none_at(root: &Path, why: &str) {
-    let mut w = Watchdog::start(&["--cgroup-root", root.to_str().unwrap()]);
+    let mut w = Watchdog::start(&["--contain", "auto", "--cgroup-root", root.to_str().unwrap()]);
     let recs = w.records();
     let _guard = GroupGuard::of(&recs);
     let c = containment(&recs);
@@ -303,4 +339,62 @@ fn none_stops_the_tree_as_before_with_no_group() {
     for k in ["group_kill", "group_kill_failed", "group_removed"] {
         assert!(of_kind(&recs, k).is_empty(), "{k} in none mode");
     }
+}
+
+/// A start that fails after its group was made (here: the stage is
+/// already armed, found only after the log is open) removes the group:
+/// only a group with members outlives its watchdog. The watchdog runs in
+/// a group of the test's own (`leak-<pid>`), so no other test's groups are
+/// counted; that group is removed at the end, even when the test fails.
+#[test]
+fn a_start_refused_after_the_group_was_made_leaves_no_group() {
+    if skip_outside_pid_ns("contain") {
+        return;
+    }
+    let own = cgroup_of(std::process::id() as i32).unwrap();
+    let mount = rea::contain::discover::discover(None).expect("a writable cgroup2 here");
+    let holder = mount.own.join(format!("leak-{}", std::process::id()));
+    std::fs::create_dir(&holder).unwrap();
+    struct Rmdir(PathBuf);
+    impl Drop for Rmdir {
+        fn drop(&mut self) {
+            // Only empty directories: rmdir never kills.
+            for e in std::fs::read_dir(&self.0).into_iter().flatten().flatten() {
+                if e.path().is_dir() {
+                    let _ = std::fs::remove_dir(e.path());
+                }
+            }
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _rm = Rmdir(holder.clone());
+    let scratch = Scratch::new();
+    let stage = scratch.path("stage");
+    std::fs::create_dir(&stage).unwrap();
+    std::fs::write(stage.join(rea::stage::RECEIPT_NAME), b"{}\n").unwrap();
+    std::fs::write(stage.join(rea::stage::ARMED_NAME), b"an earlier run\n").unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("echo 0 > \"$0/cgroup.procs\" && exec \"$@\"")
+        .arg(&holder)
+        .arg(watchdog_bin())
+        .args(["run", "--contain", "cgroup", "--staging"])
+        .arg(&stage)
+        .arg("--state-dir")
+        .arg(scratch.path("state"))
+        .arg("--audit-log")
+        .arg(scratch.path("audit.jsonl"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already armed"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&holder)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "groups left behind: {left:?} ({own})");
 }

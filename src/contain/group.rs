@@ -33,6 +33,12 @@ pub struct ActionGroup {
     dir: OwnedFd,
     path: PathBuf,
     ino: u64,
+    /// Made by [`ActionGroup::create`] and not yet removed: dropping it
+    /// removes it if it is empty (a start that failed after making it,
+    /// an early exit), so only a group with members outlives its
+    /// watchdog. A group re-opened by its record (recovery, reconcile,
+    /// a test) is never removed by a drop.
+    owned: bool,
 }
 
 fn open_dir(path: &Path) -> io::Result<OwnedFd> {
@@ -65,7 +71,11 @@ impl ActionGroup {
             .map_err(io::Error::from)?;
         let opened = openat(&pfd, name.as_str(), dir_flags(), Mode::empty())
             .map_err(io::Error::from)
-            .and_then(|dir| ActionGroup::from_parts(pfd.try_clone()?, &name, dir, parent));
+            .and_then(|dir| ActionGroup::from_parts(pfd.try_clone()?, &name, dir, parent))
+            .map(|mut g| {
+                g.owned = true;
+                g
+            });
         if opened.is_err() {
             let _ = unlinkat(&pfd, name.as_str(), UnlinkatFlags::RemoveDir);
         }
@@ -103,6 +113,7 @@ impl ActionGroup {
             dir,
             path: at.join(name),
             ino,
+            owned: false,
         })
     }
 
@@ -203,13 +214,29 @@ impl ActionGroup {
 
     /// `rmdir`, after checking the name still names this group; the group
     /// back with the error when it cannot be removed (EBUSY: members left).
-    pub fn remove(self) -> Result<(), (ActionGroup, io::Error)> {
-        if let Err(e) = self.check() {
-            return Err((self, e));
+    pub fn remove(mut self) -> Result<(), (ActionGroup, io::Error)> {
+        match self.rmdir() {
+            Ok(()) => {
+                self.owned = false;
+                Ok(())
+            }
+            Err(e) => Err((self, e)),
         }
-        match unlinkat(&self.parent, self.name.as_str(), UnlinkatFlags::RemoveDir) {
-            Ok(()) => Ok(()),
-            Err(e) => Err((self, io::Error::from(e))),
+    }
+
+    fn rmdir(&self) -> io::Result<()> {
+        self.check()?;
+        unlinkat(&self.parent, self.name.as_str(), UnlinkatFlags::RemoveDir)
+            .map_err(io::Error::from)
+    }
+}
+
+impl Drop for ActionGroup {
+    /// See `owned`: a group this process made goes when it is empty (rmdir
+    /// of a populated group fails with EBUSY and leaves it, for recovery).
+    fn drop(&mut self) {
+        if self.owned && matches!(self.populated(), Ok(false)) {
+            let _ = self.rmdir();
         }
     }
 }

@@ -377,6 +377,47 @@ impl Drop for Watchdog {
             }
             let _ = child.wait();
         }
+        // A watchdog that was SIGKILLed (by the test, or above) leaves its
+        // group behind: removed here, through the recorded inode.
+        if let Ok(text) = std::fs::read_to_string(&self.audit_log) {
+            let recs: Vec<Value> = text
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .take(4)
+                .collect();
+            drop(GroupGuard::of(&recs));
+        }
+    }
+}
+
+/// Removes the action's recorded group at the end of a test, whatever
+/// happened: re-opened by its *recorded* inode (a `rea-` name only), killed
+/// through `ActionGroup::kill` if it still has members, then removed. A
+/// group recreated under the name (another inode) is never touched.
+pub struct GroupGuard {
+    path: PathBuf,
+    ino: u64,
+}
+
+impl GroupGuard {
+    pub fn of(recs: &[Value]) -> Option<GroupGuard> {
+        let c = of_kind(recs, "containment").first()?["data"]["group"].clone();
+        Some(GroupGuard {
+            path: PathBuf::from(c["path"].as_str()?),
+            ino: c["ino"].as_u64()?,
+        })
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Ok(g) = rea::contain::group::ActionGroup::open_recorded(&self.path, self.ino) {
+            if g.populated().unwrap_or(true) {
+                let _ = g.kill();
+                let _ = g.wait_empty(Duration::from_secs(5));
+            }
+            let _ = g.remove();
+        }
     }
 }
 

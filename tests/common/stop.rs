@@ -256,6 +256,7 @@ pub fn assert_one_stop(recs: &[Value], reason: &str) -> Value {
 pub fn assert_positive_stop(w: &Watchdog, sibling: &Sibling, reason: &str) -> Value {
     let recs = w.records();
     let done = assert_one_stop(&recs, reason);
+    assert_contained_as_asked(&recs);
     assert_eq!(done["left"], 0, "{done}");
     assert_eq!(done["echild"], true, "{done}");
     assert_eq!(done["scan_empty"], true, "{done}");
@@ -286,6 +287,50 @@ pub fn assert_positive_stop(w: &Watchdog, sibling: &Sibling, reason: &str) -> Va
     assert_eq!(v["stop_reason"], reason, "{v:#}");
     assert_eq!(v["outcome"], "stopped", "{v:#}");
     done
+}
+
+/// The run was contained as this test pass asked (tools/test runs the stop
+/// suites twice): under `REA_CONTAIN=none` the watchdog was asked for
+/// `none` (unless the test pinned a mode) and ran so; `auto` gives
+/// `cgroup` under tools/test's own group (`REA_TEST_CGROUP`) when
+/// tools/test made one (not checked otherwise). A stopped cgroup run
+/// killed its group once and removed it, empty.
+pub fn assert_contained_as_asked(recs: &[Value]) {
+    let c = &of_kind(recs, "containment")[0]["data"];
+    let pass = std::env::var("REA_CONTAIN").unwrap_or_default();
+    let under = std::env::var("REA_TEST_CGROUP").ok();
+    let requested = c["requested"].as_str().unwrap_or_default();
+    if pass == "none" {
+        // The pass's REA_CONTAIN reached the watchdog (a test may still
+        // pin a mode of its own with --contain).
+        assert_ne!(
+            requested, "auto",
+            "REA_CONTAIN=none did not reach the watchdog: {c}"
+        );
+    }
+    match (requested, under) {
+        ("none", _) => assert_eq!(c["mode"], "none", "{c}"),
+        ("cgroup", _) | ("auto", Some(_)) => {
+            assert_eq!(c["mode"], "cgroup", "{c}");
+            let path = c["group"]["path"].as_str().unwrap_or_default();
+            if let Ok(root) = std::env::var("REA_TEST_CGROUP") {
+                assert!(
+                    path.starts_with(&format!("{root}/")),
+                    "{path} not under {root}"
+                );
+            }
+            let removed = &of_kind(recs, "group_removed")[0]["data"];
+            assert_eq!(removed["populated"], false, "{removed}");
+            assert_eq!(removed["removed"], true, "{removed}");
+            if of_kind(recs, "signal_sweep")
+                .iter()
+                .any(|s| s["data"]["stage"] == "kill")
+            {
+                assert_eq!(of_kind(recs, "group_kill").len(), 1, "cgroup.kill once");
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Reads one line from a child's stdout, at most `limit`.
