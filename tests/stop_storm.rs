@@ -89,8 +89,26 @@ fn a_fork_storm_of_2000_is_contained_within_the_kill_bound() {
         sweeps.len(),
         rc["counts"]["signals"],
     );
+    // cgroup mode (SPEC 8): the TERM sweep ends at the grace and
+    // cgroup.kill ends the storm at once. BENCHMARKS.md holds the strict
+    // figure (<= 100 ms past the grace); here a bound a loaded 2-core box
+    // cannot miss, which the 6 s of a TERM sweep starved past the grace
+    // (before the cut) does.
+    let past = done["elapsed_ms"]
+        .as_u64()
+        .unwrap()
+        .saturating_sub(GRACE_MS);
+    let contained = of_kind(&recs, "containment")[0]["data"]["mode"].clone();
+    eprintln!("STORM: mode {contained}: stop done {past} ms past the {GRACE_MS} ms grace");
+    if contained == "cgroup" {
+        assert_eq!(of_kind(&recs, "group_kill").len(), 1);
+        assert!(past <= 1500, "stop done {past} ms past the grace");
+    }
     sibling.assert_alive();
 }
+
+/// The default TERM grace.
+const GRACE_MS: u64 = 500;
 
 fn descendant_count(pid: i32) -> usize {
     rea::process::scan::descendants(pid)
@@ -121,6 +139,10 @@ fn sweep_summary(recs: &[serde_json::Value]) -> String {
             )),
             Some("mapping_uncertain") => out.push_str(&format!("  +{ms}ms uncertain {d}\n")),
             Some("signal_failed") => out.push_str(&format!("  +{ms}ms signal_failed {d}\n")),
+            Some("group_kill") => out.push_str(&format!(
+                "  +{ms}ms group_kill ({} members)\n",
+                d["members"].as_array().map_or(0, |a| a.len())
+            )),
             Some("stop_completed") => out.push_str(&format!("  +{ms}ms completed {d}\n")),
             _ => {}
         }

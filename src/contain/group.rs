@@ -203,6 +203,33 @@ impl ActionGroup {
         }
     }
 
+    /// Freezes the group (`cgroup.freeze` 1) and waits, at most `limit`,
+    /// for `frozen 1` in `cgroup.events`; returns whether it froze. A
+    /// frozen member neither runs nor forks; signals stay pending until
+    /// [`ActionGroup::thaw`]; SIGKILL (and `cgroup.kill`) still ends it.
+    pub fn freeze(&self, limit: std::time::Duration) -> io::Result<bool> {
+        self.check()?;
+        self.open_file("cgroup.freeze", OFlag::O_WRONLY)?
+            .write_all(b"1")?;
+        let until = std::time::Instant::now() + limit;
+        loop {
+            let events = self.read_file("cgroup.events")?;
+            if events.lines().any(|l| l.trim() == "frozen 1") {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= until {
+                return Ok(false);
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+
+    /// Undoes [`ActionGroup::freeze`] (`cgroup.freeze` 0).
+    pub fn thaw(&self) -> io::Result<()> {
+        self.open_file("cgroup.freeze", OFlag::O_WRONLY)?
+            .write_all(b"0")
+    }
+
     /// SIGKILL to every member, atomically with respect to fork
     /// (`cgroup.kill`, written through the held directory fd after the
     /// inode is checked again).

@@ -49,6 +49,12 @@ use crate::process::pidfd::{bind, BindError, VerifiedPidFd};
 use crate::process::reap::Peek;
 use crate::process::scan::descendants;
 
+/// Longest a TERM step waits for its group to report `frozen 1`.
+const FREEZE_WAIT: Duration = Duration::from_millis(50);
+
+/// How many members a TERM sweep binds between looks at the clock.
+const CUT_EVERY: usize = 16;
+
 /// Rescan interval while waiting out the TERM grace.
 const TERM_RESCAN: Duration = Duration::from_millis(10);
 /// Rescan interval between KILL sweeps.
@@ -235,7 +241,40 @@ impl Stopper {
     }
 
     /// One step of the procedure. Never blocks.
+    ///
+    /// cgroup mode: a TERM step runs with the group frozen (thawed before
+    /// it returns): a fork storm of thousands of runnable members would
+    /// otherwise leave the watchdog a thousandth of a CPU (a TERM sweep
+    /// took seconds past the grace), and frozen members cannot fork past
+    /// the sweep. Their TERM is delivered when they thaw.
     pub fn step(&mut self, host: &mut impl StopHost, now: Instant) -> Step {
+        let terming = match self.stage {
+            Stage::Term => now < self.grace_until,
+            Stage::Ask => now >= self.ask_until && now < self.grace_until,
+            Stage::Kill => false,
+        };
+        let frozen = terming
+            && host
+                .group()
+                .is_some_and(|g| matches!(g.freeze(FREEZE_WAIT), Ok(true)));
+        let step = self.step_unfrozen(host, now);
+        if frozen {
+            if let Some(g) = host.group() {
+                let _ = g.thaw();
+            }
+        }
+        step
+    }
+
+    fn step_unfrozen(&mut self, host: &mut impl StopHost, now: Instant) -> Step {
+        // cgroup mode: `cgroup.kill` goes out the moment the grace is over,
+        // before this step's reaping and scanning (thousands of members
+        // dying of TERM make both slow).
+        let grace_over =
+            self.stage == Stage::Kill || (self.stage == Stage::Term && now >= self.grace_until);
+        if grace_over && !self.group_killed && host.group().is_some() {
+            self.kill_group(host);
+        }
         let peek = host.reap();
         let me = host.me();
         let (mut scan, mut scan_error) = match descendants(me.pid) {
@@ -421,7 +460,15 @@ impl Stopper {
             others: Vec::new(),
         };
         let mut spare = self.spare(0);
-        for st in scan {
+        // A TERM sweep ends at the grace: a fork storm that starves the
+        // watchdog (one part of 512 binds took 6 s at load 1000) must not
+        // hold the KILL stage off (in cgroup mode, `cgroup.kill`: all at
+        // once). What it did not reach gets SIGKILL next.
+        let cut = (stage == Stage::Term).then_some(self.grace_until);
+        for (i, st) in scan.iter().enumerate() {
+            if i % CUT_EVERY == CUT_EVERY - 1 && cut.is_some_and(|c| Instant::now() >= c) {
+                break;
+            }
             let key = (st.pid, st.start_time);
             let done = match stage {
                 Stage::Ask | Stage::Term => {
