@@ -1,8 +1,10 @@
 //! `rea-audit reconcile` (SPEC 7.2) against real watchdogs and real
 //! processes: a live watchdog mid-job is `running` and nothing is written;
 //! a sealed log is `delete_allowed` like verify, and `review` once the stage
-//! changed; a SIGKILLed watchdog leaves a setsid survivor that reconcile
-//! finds and leaves alone; torn and tampered logs are `review`, named. Every
+//! changed; a SIGKILLed watchdog (no containment) leaves a setsid survivor
+//! that reconcile finds and leaves alone (with a cgroup, tests/recover.rs:
+//! the group's members, `running`); torn and tampered logs are `review`,
+//! named. Every
 //! `--json` report is validated against audit-schema/reconcile.schema.json.
 //!
 //! Run inside a private PID namespace: `tools/test --test reconcile`. The
@@ -247,7 +249,9 @@ fn lost_watchdog_leaves_a_setsid_survivor_for_review() {
     if skip_outside_pid_ns("reconcile after a watchdog SIGKILL") {
         return;
     }
-    let mut w = Watchdog::start(&[]);
+    // Without containment (with a cgroup the survivor is a live member of
+    // the action's group: running, and recover's business; tests/recover.rs).
+    let mut w = Watchdog::start(&["--contain", "none"]);
     let mut oracle = Oracle::new(&w.scratch, "oracle");
     let argv = vec![
         python().to_string(),
@@ -302,6 +306,13 @@ fn lost_watchdog_leaves_a_setsid_survivor_for_review() {
         assert!(rs.contains(&want.to_string()), "{want}: {v:#}");
     }
     assert_eq!(v["watchdog"]["liveness"]["state"], "gone", "{v:#}");
+    assert_eq!(v["containment"]["mode"], "none", "{v:#}");
+    assert!(
+        v["group"].is_null() && v["recover_command"].is_null(),
+        "{v:#}"
+    );
+    assert!(text.contains("group     none"), "{text}");
+    assert!(!text.contains("rea-watchdog recover"), "{text}");
     let p = named(&v, leader.pid, leader.start_time).expect("the job leader is named");
     assert_eq!(p["liveness"]["state"], "gone", "{p:#}");
     assert_eq!(p["argv"], serde_json::json!(argv), "{p:#}");

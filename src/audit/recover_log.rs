@@ -465,12 +465,24 @@ pub fn show_line(line: &[u8]) -> Option<String> {
             )
         }
         RecoveryEvent::Killed(k) => format!(
-            "cgroup.kill {}, populated {:?} after {} ms",
+            "cgroup.kill {}; {} after {} ms",
             k.kill_error.as_deref().unwrap_or("written"),
-            k.populated,
+            match k.populated {
+                Some(false) => "populated 0",
+                Some(true) => "STILL POPULATED",
+                None => "populated unreadable",
+            },
             k.waited_ms
         ),
-        RecoveryEvent::GroupRemoved(r) => format!("{} removed {}", r.group.path, r.removed),
+        RecoveryEvent::GroupRemoved(r) => format!(
+            "{} {}",
+            r.group.path,
+            if r.removed {
+                "removed".to_string()
+            } else {
+                format!("NOT removed: {}", r.detail)
+            }
+        ),
         RecoveryEvent::Staging(st) => format!("stage {}", st.path),
         RecoveryEvent::Scan(sc) => format!("{} process(es) of the run left", sc.processes.len()),
         RecoveryEvent::Decided(d) => {
