@@ -12,6 +12,7 @@ pub mod reconcile_text;
 pub mod record;
 pub mod record_group;
 pub mod recover_judge;
+pub mod recover_lines;
 pub mod recover_log;
 pub mod replay;
 pub mod replay_group;

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use super::record::{DirIdentity, StagingInventoried};
-use super::recover_log::{Check, FindingCode, Judged, Problem};
+use super::recover_lines::{Check, FindingCode, Judged, Problem};
 use super::verdict::Status;
 use crate::inventory;
 use crate::recover::record::{
