@@ -434,6 +434,7 @@ fn refusals_without_a_tree_sealed_none_new_exists_new_in_stage() {
     }
     // A sealed log: nothing to recover.
     let mut w = Watchdog::start(&["--contain", "cgroup"]);
+    let _group = GroupGuard::of(&w.records());
     assert!(w.close().status.success());
     assert!(w.wait(PATIENCE).success());
     let new = w.scratch.path("recovery.jsonl");

@@ -1481,6 +1481,7 @@ mod recovery {
                 members: vec![member(4301, true), member(4302, false)],
                 members_not_listed: 0,
                 members_not_visible: 1,
+                error: None,
             }),
             RecoveryEvent::Killed(RecoveryKilled {
                 kill_error: None,

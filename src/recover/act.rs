@@ -65,6 +65,7 @@ pub fn act(
         members: before.members,
         members_not_listed: before.not_listed,
         members_not_visible: before.not_visible,
+        error: before.error,
     }))
     .map_err(fail(false))?;
 

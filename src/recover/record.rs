@@ -23,7 +23,7 @@ pub const VERSION: u32 = 1;
 
 /// Why a recovery was refused (nothing was killed), or why one that ran
 /// is not proven. Refusals are listed in the order they are checked.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Code {
     /// LOG could not be opened or read (not a regular file, I/O).
@@ -67,11 +67,6 @@ pub enum Code {
 }
 
 impl Code {
-    /// A refusal: checked before anything is done; nothing was killed.
-    pub fn is_refusal(self) -> bool {
-        self <= Code::NewLogInStage
-    }
-
     pub fn as_str(self) -> String {
         serde_json::to_value(self)
             .ok()
@@ -159,6 +154,9 @@ pub struct RecoveryMembers {
     pub members: Vec<GroupMember>,
     pub members_not_listed: u64,
     pub members_not_visible: u64,
+    /// Why `cgroup.procs` or `cgroup.events` could not be read (the kill
+    /// is written all the same: it does not depend on the listing).
+    pub error: Option<String>,
 }
 
 /// `cgroup.kill` written (or why not), and `populated` after the wait.
