@@ -474,6 +474,14 @@ fn refusals_without_a_tree_sealed_none_new_exists_new_in_stage() {
     let r = recover(&w.audit_log, &inside, Some(w.staging.to_str().unwrap()));
     assert_refused(&r, &inside, "new_log_in_stage", false);
     assert!(guard.exists());
+    // --staging naming another directory: NEW inside the stage LOG
+    // recorded is refused all the same.
+    let other = w.scratch.path("other-stage");
+    std::fs::create_dir(&other).unwrap();
+    let r = recover(&w.audit_log, &inside, Some(other.to_str().unwrap()));
+    assert_refused(&r, &inside, "new_log_in_stage", false);
+    assert!(!inside.exists());
+    assert!(guard.exists());
 
     // The group gone (the test removed it): refused.
     ActionGroup::open_recorded(&guard.path, guard.ino)

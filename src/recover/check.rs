@@ -126,9 +126,10 @@ pub fn checked(s: &RecoveryStarted) -> (RecoveryChecked, Option<ActionGroup>) {
 }
 
 /// Whether NEW may be created: it must not exist (it is never
-/// overwritten), and must not be inside the stage (the stage's inventory
-/// would include it, and whoever deletes the stage would delete it).
-pub fn new_log_problem(new: &Path, stage: Option<&Path>) -> Option<(Code, String)> {
+/// overwritten), and must not be inside a stage (the one to inventory or
+/// the one LOG recorded: the stage's inventory would include it, and
+/// whoever deletes the stage would delete it).
+pub fn new_log_problem(new: &Path, stages: &[&Path]) -> Option<(Code, String)> {
     if std::fs::symlink_metadata(new).is_ok() {
         return Some((
             Code::NewLogExists,
@@ -138,18 +139,15 @@ pub fn new_log_problem(new: &Path, stage: Option<&Path>) -> Option<(Code, String
             ),
         ));
     }
-    let stage = stage?;
-    if inside(new, stage) {
-        return Some((
-            Code::NewLogInStage,
-            format!(
-                "--audit-log {} is inside the stage {}: the log must be outside it",
-                new.display(),
-                stage.display()
-            ),
-        ));
-    }
-    None
+    let stage = stages.iter().find(|st| inside(new, st))?;
+    Some((
+        Code::NewLogInStage,
+        format!(
+            "--audit-log {} is inside the stage {}: the log must be outside it",
+            new.display(),
+            stage.display()
+        ),
+    ))
 }
 
 /// NEW's directory is the stage or below it (by device and inode, walking

@@ -150,8 +150,18 @@ pub fn recover(o: &Options) -> Done {
         detail: rule::explain(code, &s, &c),
     });
     let done = Done::new(o, &s);
-    let stage = s.staging.as_deref().map(Path::new);
-    if let Some((code, detail)) = check::new_log_problem(&o.new, stage) {
+    let recorded = s
+        .staging_recorded
+        .as_ref()
+        .map(|d| Path::new(d.path.as_str()));
+    let stages: Vec<&Path> = s
+        .staging
+        .as_deref()
+        .map(Path::new)
+        .into_iter()
+        .chain(recorded)
+        .collect();
+    if let Some((code, detail)) = check::new_log_problem(&o.new, &stages) {
         let first = refusal.unwrap_or(Reason {
             code,
             detail: detail.clone(),
