@@ -7,8 +7,13 @@
 //! fstat'd regular) and read line by line up to its last complete line;
 //! processes are probed with `pidfd_open` and a `/proc` read-back
 //! ([`crate::process::alive`]), which cannot signal; the stage and the
-//! state directory are only stat'd, listed and hashed. Nothing is created,
-//! written, appended, signalled, retried or deleted.
+//! state directory are only stat'd, listed and hashed; the action's cgroup
+//! (cgroup mode) is re-opened by its recorded inode and only its
+//! `cgroup.procs` and `cgroup.events` are read
+//! ([`super::reconcile_group`]). Nothing is created, written, appended,
+//! signalled, retried or deleted. With live members in that group the
+//! action is `running`, watchdog or not; with the watchdog gone the report
+//! names `rea-watchdog recover`.
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};

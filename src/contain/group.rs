@@ -281,3 +281,37 @@ fn on_cgroup2(dir: &OwnedFd) -> bool {
 fn dir_flags() -> OFlag {
     OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn a_rea_named_directory_off_cgroup2_is_not_a_group() {
+        // What a forged containment record could name: an ordinary
+        // directory with the right name and inode, and a cgroup.kill file.
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("rea-forged");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("cgroup.kill"), b"").unwrap();
+        let ino = std::fs::metadata(&dir).unwrap().ino();
+        match ActionGroup::locate(&dir, ino) {
+            Err(Missing::NotAGroup(d)) => assert!(d.contains("cgroup2"), "{d}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(ActionGroup::open_recorded(&dir, ino).is_err());
+        assert_eq!(std::fs::read(dir.join("cgroup.kill")).unwrap(), b"");
+        let gone = t.path().join("rea-gone");
+        assert!(matches!(
+            ActionGroup::locate(&gone, 1),
+            Err(Missing::Gone(_))
+        ));
+        let other = t.path().join("not-rea");
+        std::fs::create_dir(&other).unwrap();
+        assert!(matches!(
+            ActionGroup::locate(&other, 1),
+            Err(Missing::NotAGroup(_))
+        ));
+    }
+}
