@@ -176,6 +176,30 @@ fn live_watchdog_mid_job_is_running_and_nothing_is_written() {
         text.contains(&format!("ls -l /proc/{}/exe", job.pid)),
         "{text}"
     );
+    // With a cgroup (auto finds one here) the job is a live member of the
+    // action's group, listed by pid and start time; the recovery command is
+    // named, for once the watchdog is gone, but no group reason is given
+    // while the watchdog owns its action.
+    if v["containment"]["mode"] == "cgroup" {
+        let g = &v["group"];
+        assert_eq!(g["now"]["state"], "present", "{g:#}");
+        assert!(
+            g["members"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["pid"] == job.pid
+                    && m["start_time"] == job.start_time
+                    && m["alive"] == true),
+            "{g:#}"
+        );
+        assert!(v["recover_command"].is_string(), "{v:#}");
+        assert!(text.contains("once the watchdog is gone"), "{text}");
+        assert!(
+            !reason_list(&v).contains(&"group_members_alive".into()),
+            "{v:#}"
+        );
+    }
     // The same log with its chain broken names the same live watchdog, but
     // nobody can trust it to be this action's: review, not "wait for it".
     let copy = w.scratch.path("tampered.jsonl");
@@ -225,6 +249,12 @@ fn sealed_log_is_delete_allowed_and_a_changed_stage_is_review() {
     assert_eq!(v["watchdog"]["liveness"]["state"], "gone", "{v:#}");
     assert_eq!(v["stage"]["content_matches"], true, "{v:#}");
     assert!(text.contains("DELETE ALLOWED"), "{text}");
+    if v["containment"]["mode"] == "cgroup" {
+        // Removed at close, as the log says: gone, and no reason for it.
+        assert_eq!(v["group"]["now"]["state"], "gone", "{v:#}");
+        assert_eq!(v["group"]["removed_at_close"], true, "{v:#}");
+        assert!(v["recover_command"].is_null(), "{v:#}");
+    }
 
     // Without --staging the recorded stage is not checked: review.
     let (code, v, _) = reconcile(&w.audit_log, &[]);
