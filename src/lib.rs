@@ -2,7 +2,9 @@
 //!
 //! `rea-watchdog` owns every process of one action and proves, in a
 //! hash-chained audit log, that none is left; `rea-audit` verifies the log
-//! and derives whether the staging directory may be deleted.
+//! and derives whether the staging directory may be deleted. After a lost
+//! watchdog, `rea-watchdog recover` ends what is left in the action's
+//! cgroup and writes a recovery log that `rea-audit verify` checks.
 
 pub mod audit;
 pub mod b64;
@@ -12,6 +14,7 @@ pub mod contain;
 pub mod inventory;
 pub mod process;
 pub mod protocol;
+pub mod recover;
 pub mod stage;
 pub mod units;
 pub mod vocab;

@@ -1,8 +1,10 @@
 //! `rea-audit reconcile` (SPEC 7.2) against real watchdogs and real
 //! processes: a live watchdog mid-job is `running` and nothing is written;
 //! a sealed log is `delete_allowed` like verify, and `review` once the stage
-//! changed; a SIGKILLed watchdog leaves a setsid survivor that reconcile
-//! finds and leaves alone; torn and tampered logs are `review`, named. Every
+//! changed; a SIGKILLed watchdog (no containment) leaves a setsid survivor
+//! that reconcile finds and leaves alone (with a cgroup, tests/recover.rs:
+//! the group's members, `running`); torn and tampered logs are `review`,
+//! named. Every
 //! `--json` report is validated against audit-schema/reconcile.schema.json.
 //!
 //! Run inside a private PID namespace: `tools/test --test reconcile`. The
@@ -174,6 +176,30 @@ fn live_watchdog_mid_job_is_running_and_nothing_is_written() {
         text.contains(&format!("ls -l /proc/{}/exe", job.pid)),
         "{text}"
     );
+    // With a cgroup (auto finds one here) the job is a live member of the
+    // action's group, listed by pid and start time; the recovery command is
+    // named, for once the watchdog is gone, but no group reason is given
+    // while the watchdog owns its action.
+    if v["containment"]["mode"] == "cgroup" {
+        let g = &v["group"];
+        assert_eq!(g["now"]["state"], "present", "{g:#}");
+        assert!(
+            g["members"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["pid"] == job.pid
+                    && m["start_time"] == job.start_time
+                    && m["alive"] == true),
+            "{g:#}"
+        );
+        assert!(v["recover_command"].is_string(), "{v:#}");
+        assert!(text.contains("once the watchdog is gone"), "{text}");
+        assert!(
+            !reason_list(&v).contains(&"group_members_alive".into()),
+            "{v:#}"
+        );
+    }
     // The same log with its chain broken names the same live watchdog, but
     // nobody can trust it to be this action's: review, not "wait for it".
     let copy = w.scratch.path("tampered.jsonl");
@@ -223,6 +249,12 @@ fn sealed_log_is_delete_allowed_and_a_changed_stage_is_review() {
     assert_eq!(v["watchdog"]["liveness"]["state"], "gone", "{v:#}");
     assert_eq!(v["stage"]["content_matches"], true, "{v:#}");
     assert!(text.contains("DELETE ALLOWED"), "{text}");
+    if v["containment"]["mode"] == "cgroup" {
+        // Removed at close, as the log says: gone, and no reason for it.
+        assert_eq!(v["group"]["now"]["state"], "gone", "{v:#}");
+        assert_eq!(v["group"]["removed_at_close"], true, "{v:#}");
+        assert!(v["recover_command"].is_null(), "{v:#}");
+    }
 
     // Without --staging the recorded stage is not checked: review.
     let (code, v, _) = reconcile(&w.audit_log, &[]);
@@ -247,7 +279,9 @@ fn lost_watchdog_leaves_a_setsid_survivor_for_review() {
     if skip_outside_pid_ns("reconcile after a watchdog SIGKILL") {
         return;
     }
-    let mut w = Watchdog::start(&[]);
+    // Without containment (with a cgroup the survivor is a live member of
+    // the action's group: running, and recover's business; tests/recover.rs).
+    let mut w = Watchdog::start(&["--contain", "none"]);
     let mut oracle = Oracle::new(&w.scratch, "oracle");
     let argv = vec![
         python().to_string(),
@@ -302,6 +336,13 @@ fn lost_watchdog_leaves_a_setsid_survivor_for_review() {
         assert!(rs.contains(&want.to_string()), "{want}: {v:#}");
     }
     assert_eq!(v["watchdog"]["liveness"]["state"], "gone", "{v:#}");
+    assert_eq!(v["containment"]["mode"], "none", "{v:#}");
+    assert!(
+        v["group"].is_null() && v["recover_command"].is_null(),
+        "{v:#}"
+    );
+    assert!(text.contains("group     none"), "{text}");
+    assert!(!text.contains("rea-watchdog recover"), "{text}");
     let p = named(&v, leader.pid, leader.start_time).expect("the job leader is named");
     assert_eq!(p["liveness"]["state"], "gone", "{p:#}");
     assert_eq!(p["argv"], serde_json::json!(argv), "{p:#}");

@@ -1372,3 +1372,278 @@ fn readme_worked_example_verifies() {
         verdict.reasons
     );
 }
+
+// ----------------------------------------------------- the recovery log
+
+mod recovery {
+    use super::*;
+    use rea::audit::recover_log::{verify_recovery_file, RecoveryOptions};
+    use rea::process::alive::Liveness;
+    use rea::recover::log::RecoveryLog;
+    use rea::recover::record::{
+        Code as RCode, Outcome as ROutcome, Reason as RReason, RecoveryChecked, RecoveryDecided,
+        RecoveryEvent, RecoveryGroupRemoved, RecoveryKilled, RecoveryMembers, RecoveryScan,
+        RecoveryStaging, RecoveryStarted, ScanProc, WatchdogSeen, KINDS as RKINDS,
+    };
+
+    /// Every recovery code; the `match` stops compiling when one is added.
+    fn all_recovery_codes() -> Vec<RCode> {
+        use RCode::*;
+        let all = vec![
+            LogUnreadable,
+            LogTampered,
+            LogSealed,
+            NoRunStarted,
+            WatchdogAlive,
+            WatchdogUnknown,
+            NoGroup,
+            GroupGone,
+            GroupRecreated,
+            GroupUnreachable,
+            RecovererInGroup,
+            NewLogExists,
+            NewLogInStage,
+            KillFailed,
+            StillPopulated,
+            GroupNotRemoved,
+            ScanFailed,
+            RunProcessesLeft,
+        ];
+        for c in &all {
+            match c {
+                LogUnreadable | LogTampered | LogSealed | NoRunStarted | WatchdogAlive
+                | WatchdogUnknown | NoGroup | GroupGone | GroupRecreated | GroupUnreachable
+                | RecovererInGroup | NewLogExists | NewLogInStage | KillFailed | StillPopulated
+                | GroupNotRemoved | ScanFailed | RunProcessesLeft => {}
+            }
+        }
+        all
+    }
+
+    fn group() -> GroupIdentity {
+        GroupIdentity {
+            path: "/sys/fs/cgroup/unified/rea-run-lost.1".into(),
+            ino: 4242,
+        }
+    }
+
+    fn member(pid: i32, alive: bool) -> GroupMember {
+        GroupMember {
+            pid,
+            start_time: alive.then_some(8_412_400 + pid as u64),
+            comm: alive.then(|| "python3".to_string()),
+            alive,
+        }
+    }
+
+    /// One record of every kind, with every optional field set somewhere.
+    fn every_recovery_event() -> Vec<RecoveryEvent> {
+        vec![
+            RecoveryEvent::Started(RecoveryStarted {
+                version: "0.1.0".into(),
+                log: "/w/audit.jsonl".into(),
+                log_error: None,
+                log_run: Some("run-lost.1".into()),
+                log_records: 9,
+                log_intact_seq: Some(8),
+                log_intact_head: Some(EMPTY_SHA.into()),
+                log_torn_tail_bytes: 17,
+                log_sealed: false,
+                log_tampered: None,
+                watchdog: Some(WD),
+                containment: Some(Containment {
+                    requested: ContainRequest::Cgroup,
+                    mode: ContainMode::Cgroup,
+                    group: Some(group()),
+                    detail: String::new(),
+                }),
+                staging: Some("/srv/stage".into()),
+                staging_given: true,
+                staging_recorded: Some(staging_identity()),
+                uid: 1000,
+                pid: 4300,
+            }),
+            RecoveryEvent::Checked(RecoveryChecked {
+                watchdog: Some(WatchdogSeen {
+                    state: Liveness::Gone,
+                    detail: "no process has this pid".into(),
+                }),
+                group: Some(GroupSeen {
+                    state: GroupState::Present,
+                    ino_now: Some(4242),
+                    detail: "has the recorded inode".into(),
+                }),
+                recoverer_in_group: Some(false),
+            }),
+            RecoveryEvent::Members(RecoveryMembers {
+                group: group(),
+                populated: Some(true),
+                members: vec![member(4301, true), member(4302, false)],
+                members_not_listed: 0,
+                members_not_visible: 1,
+                error: None,
+            }),
+            RecoveryEvent::Killed(RecoveryKilled {
+                kill_error: None,
+                populated: Some(false),
+                waited_ms: 3,
+                wait_limit_ms: 5000,
+                members_left: Vec::new(),
+                members_left_not_listed: 0,
+            }),
+            RecoveryEvent::GroupRemoved(RecoveryGroupRemoved {
+                group: group(),
+                removed: true,
+                detail: String::new(),
+            }),
+            RecoveryEvent::Staging(RecoveryStaging {
+                path: "/srv/stage".into(),
+                staging: Some(staging_inventoried()),
+                error: None,
+            }),
+            RecoveryEvent::Scan(RecoveryScan {
+                run: "run-lost.1".into(),
+                processes: vec![ScanProc {
+                    pid: 4400,
+                    start_time: 8_412_999,
+                    comm: "Hopper".into(),
+                }],
+                processes_not_listed: 0,
+                error: None,
+            }),
+            RecoveryEvent::Decided(RecoveryDecided {
+                outcome: ROutcome::Failed,
+                reasons: vec![RReason {
+                    code: RCode::RunProcessesLeft,
+                    detail: "4400 (Hopper)".into(),
+                }],
+            }),
+        ]
+    }
+
+    fn write(path: &Path, events: &[RecoveryEvent]) {
+        let mut log = RecoveryLog::create(path, "recovery-schema.1").unwrap();
+        let (last, body) = events.split_last().unwrap();
+        for e in body {
+            log.record(e).unwrap();
+        }
+        log.seal(last).unwrap();
+    }
+
+    #[test]
+    fn the_recovery_schema_lists_exactly_its_kinds() {
+        let s = load_schema("recovery-record");
+        let variants: Vec<&str> = s["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["properties"]["kind"]["const"].as_str().unwrap())
+            .collect();
+        assert_eq!(variants, RKINDS);
+        let listed: Vec<&str> = s["properties"]["kind"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(listed, RKINDS);
+        let codes: Vec<String> = s["$defs"]["code"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        let ours: Vec<String> = all_recovery_codes().iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            codes, ours,
+            "the schema's codes are the library's, in order"
+        );
+        // The watchdog's and the recovery's kinds never meet (routing by
+        // the first record's kind).
+        for k in RKINDS {
+            assert!(!KINDS.contains(k), "{k}");
+        }
+    }
+
+    #[test]
+    fn every_recovery_kind_written_by_the_library_matches_the_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("recovery.jsonl");
+        let events = every_recovery_event();
+        write(&path, &events);
+        let rec = common::schema::compile("recovery-record");
+        let lines = log_values(&path);
+        assert_eq!(lines.len(), RKINDS.len());
+        for (i, v) in lines.iter().enumerate() {
+            let errors = schema_errors(&rec, v);
+            assert!(errors.is_empty(), "line {}: {errors:#?}\n{v}", i + 1);
+        }
+        // Its verdict (a failed recovery: retain, with its reason; the
+        // stage recorded is not the one given) matches the verdict schema.
+        let verdict = common::schema::compile("recovery-verdict");
+        let v = verify_recovery_file(&path, &RecoveryOptions::default());
+        let value = serde_json::to_value(&v).unwrap();
+        let errors = schema_errors(&verdict, &value);
+        assert!(errors.is_empty(), "{errors:#?}\n{value:#}");
+        assert_eq!(value["result"], "failed", "{value:#}");
+        assert_eq!(value["exit_code"], 1, "{value:#}");
+        // Every code with its class, one at a time, on the same verdict.
+        for code in all_recovery_codes() {
+            let mut x = value.clone();
+            x["reasons"] =
+                json!([{"code": code.as_str(), "class": "retain", "line": 9, "detail": ""}]);
+            let errors = schema_errors(&verdict, &x);
+            assert!(errors.is_empty(), "{}: {errors:#?}", code.as_str());
+        }
+        // A missing log: an error verdict.
+        let v = verify_recovery_file(
+            &dir.path().join("missing.jsonl"),
+            &RecoveryOptions::default(),
+        );
+        let value = serde_json::to_value(&v).unwrap();
+        assert_eq!(value["result"], "error");
+        assert!(schema_errors(&verdict, &value).is_empty(), "{value:#}");
+    }
+
+    #[test]
+    fn recovery_records_and_verdicts_the_schema_must_refuse() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("recovery.jsonl");
+        write(&path, &every_recovery_event());
+        let rec = common::schema::compile("recovery-record");
+        let lines = log_values(&path);
+        let good = lines[0].clone();
+        assert!(rec.is_valid(&good));
+        let mut r = good.clone();
+        r["data"]["extra"] = json!(1);
+        assert_rejected(&rec, &r, "unknown field in data");
+        let mut r = good.clone();
+        r["data"]["log_records"] = json!(9.5);
+        assert_rejected(&rec, &r, "float");
+        let mut r = good.clone();
+        r["kind"] = json!("recovery_decided");
+        assert_rejected(&rec, &r, "data of another kind");
+        let mut r = lines[7].clone();
+        r["data"]["reasons"][0]["code"] = json!("looks_fine");
+        assert_rejected(&rec, &r, "unknown code");
+        let mut r = lines[7].clone();
+        r["data"]["outcome"] = json!("discarded");
+        assert_rejected(&rec, &r, "an outcome of another log");
+        let mut r = lines[1].clone();
+        r["data"]["group"]["state"] = json!("moved");
+        assert_rejected(&rec, &r, "unknown group state");
+
+        let verdict = common::schema::compile("recovery-verdict");
+        let v = verify_recovery_file(&path, &RecoveryOptions::default());
+        let good = serde_json::to_value(&v).unwrap();
+        let mut r = good.clone();
+        r["verdict"] = json!("delete_allowed");
+        assert_rejected(&verdict, &r, "delete_allowed for a failed recovery");
+        let mut r = good.clone();
+        r["reasons"][0]["class"] = json!("tampered");
+        assert_rejected(&verdict, &r, "a recorded reason with another class");
+        let mut r = good.clone();
+        r["log_kind"] = json!("stage_discard");
+        assert_rejected(&verdict, &r, "another log's kind");
+    }
+}

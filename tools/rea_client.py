@@ -744,7 +744,11 @@ def may_delete(receipt, verdict):
 
 class Reconciled(dict):
     """`rea-audit reconcile --json`'s report, plus `exit_code` (0
-    delete_allowed, 5 running, 6 review, 4 error)."""
+    delete_allowed, 5 running, 6 review, 4 error). `running` means the
+    watchdog is alive (wait, or close it) *or* the action's cgroup still has
+    live members (reason `group_members_alive`): with the watchdog gone
+    there is nothing to close, and `self["recover_command"]` names the
+    operator's `rea-watchdog recover`."""
 
     @property
     def outcome(self):

@@ -44,7 +44,11 @@ Scenarios (default: success), and the verdict each must reach:
                    as response-lost, but the watchdog is SIGKILLed too, with
                    a setsid escapee of the phase running: reconcile names
                    what may be alive
-                   -> review (verify: retain), staging kept
+                   -> review (verify: retain), staging kept; with a cgroup
+                   (--contain auto finds one as root) the escapee is a live
+                   member of the action's group: reconcile -> running,
+                   naming `rea-watchdog recover` (which this demo leaves to
+                   a person), staging kept
 
 The staging directory is deleted only when the watchdog's own waited exit
 status is 0 *and* `rea-audit verify` says delete_allowed (SPEC 7's first
@@ -556,14 +560,21 @@ def fresh_controller(args):
     state = os.path.join(work, "state")
     staging = os.path.join(work, "staging")
     r = rc.reconcile(args.audit, log, staging=staging, state_dir=state)
+    watchdog_alive = ((r.get("watchdog") or {}).get("liveness") or {}).get("state") == "alive"
+    group = r.get("group") or {}
     found = {"reconcile": r.outcome, "reconcile_exit": r.exit_code, "codes": r.codes,
+             "watchdog_alive": watchdog_alive,
+             "group_alive": [m["pid"] for m in group.get("members", []) if m.get("alive")],
+             "recover_command": r.get("recover_command"),
              # The root and callers are controllers (this one's parent among
              # them), not something the action started.
              "alive": [{"pid": p["pid"], "roles": p.get("roles", []),
                         "argv": p.get("argv")} for p in r.alive()
                        if not set(p.get("roles", [])) <= {"root", "caller"}],
              "unnamed": (r.get("unnamed") or {}).get("by_environment", [])}
-    if r.outcome == "running":
+    # running with the watchdog gone is the action's cgroup still holding
+    # live members: nobody to close; recovering them is a person's call.
+    if r.outcome == "running" and watchdog_alive:
         code, stdout, stderr = run_tool([args.watchdog, "close", "--state-dir", state,
                                          "--wait", "60s"], timeout=120)
         found["close_exit"] = code
@@ -627,9 +638,13 @@ def scenario_response_lost(args, binaries, work, staging, report, later, watchdo
     report["reconcile"] = found
     out(f"  reconcile  {found['reconcile']} (exit {found['reconcile_exit']})"
         + (f": {', '.join(found['codes'])}" if found["codes"] else ""))
-    if found["reconcile"] == "running":
+    if found["reconcile"] == "running" and found.get("watchdog_alive"):
         out(f"             the watchdog is alive and owns what runs ({len(found['alive'])} "
             "process(es) the log names are alive): no retry, no cleanup; close it")
+    elif found["reconcile"] == "running":
+        out(f"             the watchdog is gone; {len(found['group_alive'])} member(s) of the "
+            "action's cgroup are alive: no retry, no cleanup here; a person may run")
+        out(f"             {found.get('recover_command')}")
     else:
         for p in found["alive"]:
             out(f"             may be alive: pid {p['pid']} {'/'.join(p['roles'])} "
@@ -707,7 +722,8 @@ def main():
         os.makedirs(work, exist_ok=True)
         staging = os.path.join(work, "staging")
         report.update(work_dir=work, staging=staging)
-        out(f"rea demo: {scenario} (expected: {expected})")
+        out(f"rea demo: {scenario} (expected: {expected}"
+            + (", or running with a cgroup)" if scenario == "response-and-watchdog-lost" else ")"))
         later = []
         if scenario == "upload-failed":
             v, rec, code = scenario_upload_failed(args, binaries, work, report, later)
@@ -739,6 +755,12 @@ def main():
               "exits (root_lost), and the staging directory is kept", file=sys.stderr)
         return 130
     recs = read_log(report["audit_log"])
+    contained = any(r.get("kind") == "containment" and (r.get("data") or {}).get("mode") == "cgroup"
+                    for r in recs)
+    if scenario == "response-and-watchdog-lost" and contained:
+        # With a cgroup the escapee is a live member of the action's group:
+        # the action still runs, and rea-watchdog recover is what ends it.
+        expected = report["expected"] = "running"
     for line in describe_jobs(recs):
         out(line)
     stop = describe_stop(recs)
@@ -765,7 +787,8 @@ def main():
         else:
             why = "the verdict" if not v.delete_allowed else f"the watchdog's exit ({code})"
             out(f"  staging    kept ({why} does not allow deletion): {staging}")
-        reached = getattr(v, "reconcile", None) if expected == "review" else v["verdict"]
+        by_reconcile = scenario == "response-and-watchdog-lost"
+        reached = getattr(v, "reconcile", None) if by_reconcile else v["verdict"]
         ok = reached == expected and deleted == (expected == "delete_allowed")
     if scenario == "controller-kill":
         # The evidence must show the watchdog reacted and proved the stop.

@@ -7,8 +7,13 @@
 //! fstat'd regular) and read line by line up to its last complete line;
 //! processes are probed with `pidfd_open` and a `/proc` read-back
 //! ([`crate::process::alive`]), which cannot signal; the stage and the
-//! state directory are only stat'd, listed and hashed. Nothing is created,
-//! written, appended, signalled, retried or deleted.
+//! state directory are only stat'd, listed and hashed; the action's cgroup
+//! (cgroup mode) is re-opened by its recorded inode and only its
+//! `cgroup.procs` and `cgroup.events` are read
+//! ([`super::reconcile_group`]). Nothing is created, written, appended,
+//! signalled, retried or deleted. With live members in that group the
+//! action is `running`, watchdog or not; with the watchdog gone the report
+//! names `rea-watchdog recover`.
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -16,8 +21,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::reader::{open_log, OpenError};
+use super::reconcile_group::{group_part, recover_command, GroupPart};
 use super::reconcile_log::{scan, Break, Named};
-use super::record::{Mode, Outcome as RunOutcome, StopReason};
+use super::record::{Containment, GroupState, Mode, Outcome as RunOutcome, StopReason};
 use super::verdict::{Code, Decision, Reason, Status};
 use super::verify::{verify_file, VerifyOptions};
 use crate::process::alive::{probe, Liveness, Probe};
@@ -37,7 +43,9 @@ pub struct Options {
 pub enum Outcome {
     /// Sealed, `verify` says `delete_allowed`, nothing named is alive.
     DeleteAllowed,
-    /// The watchdog is alive and the log not sealed: wait, or ask it to close.
+    /// The watchdog is alive and the log not sealed: wait, or ask it to
+    /// close. Or the action's cgroup still has live members: with the
+    /// watchdog gone, `rea-watchdog recover` ends them (SPEC 8).
     Running,
     /// Anything else: each reason is named with what to check.
     Review,
@@ -76,6 +84,14 @@ pub enum RCode {
     StageNotChecked,
     StageNotRecorded,
     StateDirDiffers,
+    /// The action's cgroup has live members and no watchdog owns them.
+    GroupMembersAlive,
+    /// The recorded group no longer exists (and the log is not sealed).
+    GroupGone,
+    /// The recorded group's name now names another directory.
+    GroupRecreated,
+    /// The recorded group could not be looked at.
+    GroupUnknown,
 }
 
 #[derive(Serialize, Clone, Debug)]
@@ -156,6 +172,13 @@ pub struct Report {
     pub unnamed: Unnamed,
     pub state_dir: StateDirPart,
     pub stage: StagePart,
+    /// The log's `containment` record (`null`: the log has none).
+    pub containment: Option<Containment>,
+    /// The recorded cgroup and its members now (cgroup mode only).
+    pub group: Option<GroupPart>,
+    /// `rea-watchdog recover ...` for this log, when it recorded a group
+    /// and is not sealed (`NEW` is left for the operator to choose).
+    pub recover_command: Option<String>,
     pub verify: VerifySummary,
     pub reasons: Vec<RReason>,
 }
@@ -233,6 +256,15 @@ pub fn reconcile(path: &Path, opts: &Options) -> Result<Report, String> {
     };
     let state_dir = state_dir_part(s.run_started.as_ref(), opts.state_dir.as_deref());
     let stage = stage_part(&s, opts.staging.as_deref());
+    let group = group_part(&s);
+    let recover = (group.is_some() && !s.sealed).then(|| {
+        let recorded = s.run_started.as_ref().and_then(|r| r.staging.as_ref());
+        let dir = stage
+            .given
+            .clone()
+            .or_else(|| recorded.map(|d| d.path.clone()));
+        recover_command(path, dir.as_deref())
+    });
     let log = LogPart {
         path: path.display().to_string(),
         run: s.run.clone(),
@@ -257,6 +289,9 @@ pub fn reconcile(path: &Path, opts: &Options) -> Result<Report, String> {
         unnamed,
         state_dir,
         stage,
+        containment: s.containment.clone(),
+        group,
+        recover_command: recover,
         verify,
         reasons: Vec::new(),
     };
@@ -409,6 +444,7 @@ fn decide(r: &mut Report) {
             ));
         }
     }
+    let group_live = group_reasons(r, running, &mut rs);
     let st = &r.stage;
     match (&st.given, &st.at_start) {
         (None, Some(d)) => rs.push(reason(
@@ -449,7 +485,7 @@ fn decide(r: &mut Report) {
     }
     r.outcome = if r.log.sealed && r.verify.verdict == Decision::DeleteAllowed && rs.is_empty() {
         Outcome::DeleteAllowed
-    } else if running && r.log.chain_break.is_none() {
+    } else if (running || group_live) && r.log.chain_break.is_none() {
         // A broken chain names a watchdog nobody can trust to be this
         // action's: waiting on it could be waiting forever. Review it.
         Outcome::Running
@@ -458,4 +494,74 @@ fn decide(r: &mut Report) {
     };
     r.exit_code = r.outcome.exit_code();
     r.reasons = rs;
+}
+
+/// The group's reasons; true when the recorded group has live members
+/// (so the action is running, watchdog or not).
+fn group_reasons(r: &Report, running: bool, rs: &mut Vec<RReason>) -> bool {
+    let Some(g) = &r.group else {
+        return false;
+    };
+    let alive: Vec<String> = g
+        .alive()
+        .map(|m| format!("{} ({})", m.pid, m.comm.as_deref().unwrap_or("?")))
+        .collect();
+    let live = !alive.is_empty() || g.populated == Some(true);
+    let cmd = r
+        .recover_command
+        .as_deref()
+        .unwrap_or("rea-watchdog recover");
+    if live && !running {
+        let mut who = alive.join(", ");
+        if g.members_not_listed + g.members_not_visible > 0 || alive.is_empty() {
+            who.push_str(" and members not listed here (populated 1)");
+        }
+        rs.push(reason(
+            RCode::GroupMembersAlive,
+            format!(
+                "the action's cgroup {} still has live members, and no live watchdog owns them: {}",
+                g.recorded.path,
+                who.trim_start_matches(" and ")
+            ),
+            format!(
+                "{cmd} ends them all through the recorded group (cgroup.kill, after checking the \
+                 chain, that the watchdog is gone and the inode) and writes a sealed recovery log \
+                 NEW for `rea-audit verify NEW`; or check each by hand"
+            ),
+        ));
+    }
+    if !r.log.sealed {
+        let recorded = format!("{} (inode {})", g.recorded.path, g.recorded.ino);
+        match g.now.state {
+            GroupState::Present => {}
+            GroupState::Gone if g.removed_at_close == Some(true) => {}
+            GroupState::Gone => rs.push(reason(
+                RCode::GroupGone,
+                format!("the action's cgroup {recorded} no longer exists"),
+                "what ran in it cannot be listed or recovered through it: check the processes \
+                 listed here and those carrying the run's REA_RUN_ID by hand",
+            )),
+            GroupState::Recreated => rs.push(reason(
+                RCode::GroupRecreated,
+                format!(
+                    "the action's cgroup {recorded} was removed and its name made again: {}",
+                    g.now.detail
+                ),
+                "that directory is another group; nothing in it is this action's or may be \
+                 recovered; check the processes listed here by hand",
+            )),
+            GroupState::Unreachable => rs.push(reason(
+                RCode::GroupUnknown,
+                format!(
+                    "cannot look at the action's cgroup {recorded}: {}",
+                    g.now.detail
+                ),
+                format!(
+                    "ls -ld {}; cat {}/cgroup.procs",
+                    g.recorded.path, g.recorded.path
+                ),
+            )),
+        }
+    }
+    live
 }

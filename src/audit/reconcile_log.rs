@@ -18,7 +18,8 @@ use serde::Serialize;
 use super::chain;
 use super::reader::{parse_line, read_lines, Piece};
 use super::record::{
-    Event, Ident, Proc, Receipt, RunStarted, StagingInventoried, Status, StopReason,
+    Containment, Event, GroupRemoved, Ident, Proc, Receipt, RunStarted, StagingInventoried, Status,
+    StopReason,
 };
 use super::writer::MAX_LINE;
 use crate::vocab::bounded;
@@ -108,6 +109,8 @@ pub struct LogScan {
     pub records: u64,
     /// Every line up to this one (1-based) parses and chains.
     pub intact_through: u64,
+    /// SHA-256 of line `intact_through`: the last head the chain vouches for.
+    pub intact_head: Option<String>,
     pub chain_break: Option<Break>,
     pub run: Option<String>,
     /// SHA-256 of the last complete line.
@@ -119,6 +122,10 @@ pub struct LogScan {
     pub receipt: Option<Receipt>,
     pub run_started: Option<RunStarted>,
     pub staging_inventoried: Option<StagingInventoried>,
+    /// The first `containment` record (the third of every watchdog log).
+    pub containment: Option<Containment>,
+    /// The close's `group_removed` record.
+    pub group_removed: Option<GroupRemoved>,
     pub first_stop: Option<StopReason>,
     pub stop_completed: bool,
     pub named: Vec<Named>,
@@ -254,6 +261,8 @@ impl LogScan {
             Event::MappingUncertain(m) => self.proc(&m.process, Role::Uncertain, line),
             Event::StopCompleted(_) => self.stop_completed = true,
             Event::StagingInventoried(s) => self.staging_inventoried = Some(s),
+            Event::Containment(c) if self.containment.is_none() => self.containment = Some(c),
+            Event::GroupRemoved(g) => self.group_removed = Some(g),
             Event::Receipt(r) => {
                 self.receipt = Some(r);
                 self.receipt_last = true;
@@ -318,6 +327,7 @@ impl LogScan {
         }
         if self.chain_break.is_none() {
             self.intact_through = n;
+            self.intact_head = Some(hash.clone());
         }
         self.last_hash = Some(hash);
     }

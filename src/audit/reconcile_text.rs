@@ -93,9 +93,18 @@ pub fn human(r: &Report) -> String {
 
 fn raw(r: &Report) -> String {
     let mut s = String::new();
+    let watchdog_alive = r
+        .watchdog
+        .as_ref()
+        .is_some_and(|w| w.liveness.state == Liveness::Alive);
     let head = match r.outcome {
         Outcome::DeleteAllowed => "DELETE ALLOWED (sealed, verified, nothing named is alive)",
-        Outcome::Running => "RUNNING (the watchdog is alive: wait, or ask it to close)",
+        Outcome::Running if watchdog_alive => {
+            "RUNNING (the watchdog is alive: wait, or ask it to close)"
+        }
+        Outcome::Running => {
+            "RUNNING (the action's cgroup has live members and no live watchdog: recover them)"
+        }
         Outcome::Review => "REVIEW (a person must decide; nothing was changed)",
     };
     let _ = writeln!(s, "root recovery review: {head}  [exit {}]", r.exit_code);
@@ -208,6 +217,7 @@ fn raw(r: &Report) -> String {
         }
     }
 
+    group(&mut s, r);
     let alive = |p: &&ProcPart| p.liveness.state != Liveness::Gone;
     let _ = writeln!(
         s,
@@ -256,10 +266,74 @@ fn raw(r: &Report) -> String {
             let _ = writeln!(s, "    check: {}", x.check);
         }
     }
+    if let Some(cmd) = &r.recover_command {
+        let when = if watchdog_alive {
+            "once the watchdog is gone (it refuses while the watchdog lives)"
+        } else {
+            "to end what is left in the action's cgroup, with proof"
+        };
+        let _ = writeln!(s, "\nrecovery ({when}):\n  {cmd}");
+        let _ = writeln!(
+            s,
+            "  (NEW: a log file that does not exist yet, outside the stage; then rea-audit verify NEW)"
+        );
+    }
     let _ = writeln!(
         s,
         "\nreconcile changed nothing: it signals, deletes and writes nothing. \
          Pids are as seen from this PID namespace."
     );
     s
+}
+
+/// The action's cgroup, when the log recorded one.
+fn group(s: &mut String, r: &Report) {
+    let Some(g) = &r.group else {
+        if let Some(c) = &r.containment {
+            let _ = writeln!(
+                s,
+                "group     none: the action ran without a cgroup ({}{})",
+                token(&c.mode),
+                if c.detail.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", c.detail)
+                }
+            );
+        }
+        return;
+    };
+    let _ = writeln!(
+        s,
+        "group     {} (inode {}): {}",
+        g.recorded.path, g.recorded.ino, g.detail
+    );
+    for m in &g.members {
+        let m2 = &m.member;
+        let _ = writeln!(
+            s,
+            "  {:<7} pid {} start {}  member ({})",
+            if m2.alive { "ALIVE" } else { "gone" },
+            m2.pid,
+            m2.start_time.map_or("?".into(), |t| t.to_string()),
+            m2.comm.as_deref().unwrap_or("?")
+        );
+        if let Some(c) = &m.check {
+            let _ = writeln!(s, "          check: {c}");
+        }
+    }
+    if g.members_not_listed > 0 {
+        let _ = writeln!(
+            s,
+            "  ... and {} more members not listed",
+            g.members_not_listed
+        );
+    }
+    if g.members_not_visible > 0 {
+        let _ = writeln!(
+            s,
+            "  ... and {} members outside this PID namespace (pid 0 in cgroup.procs)",
+            g.members_not_visible
+        );
+    }
 }

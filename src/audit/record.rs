@@ -11,7 +11,7 @@ use crate::vocab::{Capture, Op, RefusalReason};
 
 pub use super::record_group::{
     ContainMode, ContainRequest, Containment, GroupIdentity, GroupKill, GroupKillFailed,
-    GroupRemoved,
+    GroupMember, GroupRemoved, GroupSeen, GroupState,
 };
 
 /// Record format version (`v`).

@@ -54,3 +54,43 @@ pub struct GroupRemoved {
     pub removed: bool,
     pub detail: String,
 }
+
+/// One process of a group as seen now (`rea-audit reconcile`'s report and
+/// `rea-watchdog recover`'s record of what it is about to kill): the pid
+/// from `cgroup.procs`, start time and comm from `/proc/PID/stat` (absent
+/// when it exited before they were read), and whether a pidfd probe by
+/// (pid, start time) found it running.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct GroupMember {
+    pub pid: i32,
+    pub start_time: Option<u64>,
+    pub comm: Option<String>,
+    pub alive: bool,
+}
+
+/// What a recorded group's directory is now.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupState {
+    /// The recorded path names a cgroup2 directory with the recorded inode.
+    Present,
+    /// No directory has the recorded name (removed at close, or by hand).
+    Gone,
+    /// The name now names another directory (another inode): another
+    /// group, which nothing in rea touches.
+    Recreated,
+    /// It could not be looked at (not a `rea-` group on cgroup2,
+    /// permissions, I/O).
+    Unreachable,
+}
+
+/// A recorded group looked up again by path and inode.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct GroupSeen {
+    pub state: GroupState,
+    /// The inode the name has now, when it names a directory.
+    pub ino_now: Option<u64>,
+    pub detail: String,
+}

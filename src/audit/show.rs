@@ -235,9 +235,11 @@ pub fn write_timeline<R: io::Read, W: Write>(r: R, out: &mut W) -> io::Result<()
                         summary(&rec.event)
                     )
                 }
-                Err(e) => super::stage_log::show_line(line).unwrap_or_else(|| {
-                    format!("line {n}: unreadable ({:?}: {})", e.code, e.detail)
-                }),
+                Err(e) => super::stage_log::show_line(line)
+                    .or_else(|| super::recover_log::show_line(line))
+                    .unwrap_or_else(|| {
+                        format!("line {n}: unreadable ({:?}: {})", e.code, e.detail)
+                    }),
             },
         };
         emit(text, out);

@@ -10,6 +10,7 @@ use rea::audit::people::escape;
 use rea::audit::reader::open_log;
 use rea::audit::reconcile::{reconcile, Options as ReconcileOptions, EXIT_ERROR};
 use rea::audit::reconcile_text::human;
+use rea::audit::recover_log::{is_recovery_log, verify_recovery_file, RecoveryOptions};
 use rea::audit::show::write_timeline;
 use rea::audit::stage_log::{is_stage_log, verify_stage_file};
 use rea::audit::verdict::Status;
@@ -33,6 +34,20 @@ run, genesis, canonical lines, the decision last, agreeing with the records):
   3  tampered        chain, sequence, run, order or the decision do not hold
   4  error           the log could not be read, or the command line is wrong
 
+A recovery log (written by rea-watchdog recover; its first record is
+recovery_started) is recognised too and checked the same strict way; the
+recovery's decision is run again on the facts it recorded. The verdict has
+a `result` (recovered, failed, refused, incomplete, tampered, error):
+  0  delete_allowed  recovered: the group was emptied (populated 0) and
+                     removed, nothing of the run left, and the stage LOG
+                     recorded was inventoried and --staging matches it
+  1  retain          refused (the refusal's code is a reason), failed, or
+                     the stage is not cleared (staging_not_checked, ...)
+  2  incomplete      torn last line or no decision: the recovery did not finish
+  3  tampered        chain, sequence, run, order or the decision do not hold
+  4  error           the log could not be read, or the command line is wrong
+The lost watchdog's own log stays retain: recovery never writes it.
+
 Only a pinned head (--expect-head) detects a log that was cut short and
 re-chained by someone able to write the file; the chain alone cannot.";
 
@@ -44,6 +59,14 @@ time) with pidfd_open and a /proc read-back, lists live processes whose
 environment carries the run's REA_RUN_ID (a hint), and compares --staging and
 --state-dir with what the log recorded.
 
+With containment (the log's containment record names the action's cgroup),
+it re-opens the group by its recorded path and inode and lists its members
+(pid, start time, comm, alive); a group that is gone, or whose name now
+names another directory (recreated), is said plainly and not read. Live
+members are the action still running: outcome running, and with the
+watchdog gone the report names the recovery command,
+  rea-watchdog recover LOG --audit-log NEW [--staging DIR]
+
 --state-dir DIR: checks that DIR is the path run_started recorded, is a
 directory (not a symlink) owned by the watchdog's uid with mode 0700, and
 reports whether the request FIFO, tmp/ (the private temp root) and
@@ -51,7 +74,9 @@ ready.json are still there.
 
 Exit codes (reconcile; 1-3 are verify's and never used here):
   0  delete_allowed  sealed, verify says delete_allowed, nothing named alive
-  5  running         the watchdog is alive and the log not sealed: wait, or close it
+  5  running         the watchdog is alive and the log not sealed: wait, or
+                     close it; or the action's cgroup has live members
+                     (group_members_alive): with the watchdog gone, recover
   6  review          anything else: each reason is named with what to check
   4  error           the log could not be read, or the command line is wrong";
 
@@ -74,8 +99,9 @@ enum Cmd {
     /// Check the log and print the verdict (exit 0 only for delete_allowed).
     #[command(after_help = EXIT_HELP)]
     Verify {
-        /// The audit log (JSON Lines) written by rea-watchdog, or a discard
-        /// log written by rea-stage discard.
+        /// The audit log (JSON Lines) written by rea-watchdog, a discard
+        /// log written by rea-stage discard, or a recovery log written by
+        /// rea-watchdog recover.
         log: PathBuf,
         /// The head hash the controller pinned when the watchdog sealed the log.
         #[arg(long, value_name = "HEX")]
@@ -152,6 +178,23 @@ fn main() -> ExitCode {
                     return usage("--staging does not apply to a discard log (rea-stage discard)");
                 }
                 let v = verify_stage_file(&log, expect_head.as_deref(), expect_run.as_deref());
+                if json {
+                    match serde_json::to_string_pretty(&v) {
+                        Ok(s) => println!("{s}"),
+                        Err(e) => return usage(&format!("cannot print the verdict: {e}")),
+                    }
+                } else {
+                    print!("{}", v.human());
+                }
+                return ExitCode::from(v.exit_code as u8);
+            }
+            if is_recovery_log(&log) {
+                let opts = RecoveryOptions {
+                    expect_head,
+                    expect_run,
+                    staging,
+                };
+                let v = verify_recovery_file(&log, &opts);
                 if json {
                     match serde_json::to_string_pretty(&v) {
                         Ok(s) => println!("{s}"),

@@ -13,7 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// `CGROUP2_SUPER_MAGIC` (linux/magic.h).
-const CGROUP2_MAGIC: i64 = 0x6367_7270;
+pub const CGROUP2_MAGIC: i64 = 0x6367_7270;
 
 /// One cgroup2 mount from mountinfo.
 #[derive(Clone, Debug, PartialEq, Eq)]

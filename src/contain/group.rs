@@ -21,6 +21,8 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fstat, fstatat, Mode};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
+use super::discover::CGROUP2_MAGIC;
+
 /// Every group this crate creates is named `rea-<run id>`.
 pub const PREFIX: &str = "rea-";
 
@@ -83,24 +85,53 @@ impl ActionGroup {
     }
 
     /// Re-opens a group from its recorded path and inode (recovery, a
-    /// test's clean-up): only a `rea-` group whose directory still has the
-    /// recorded inode.
+    /// test's clean-up): only a `rea-` group on a cgroup2 mount whose
+    /// directory still has the recorded inode.
     pub fn open_recorded(path: &Path, ino: u64) -> io::Result<ActionGroup> {
+        ActionGroup::locate(path, ino).map_err(|m| io::Error::other(m.to_string()))
+    }
+
+    /// [`ActionGroup::open_recorded`], saying why not in a way a report can
+    /// act on: gone (no such directory), recreated (the name now names a
+    /// directory with another inode: another group, never touched), or
+    /// unreachable. The name must be a `rea-` group's and the directory
+    /// must be on cgroup2, so a forged record cannot point this at an
+    /// ordinary directory with a file called `cgroup.kill` in it.
+    pub fn locate(path: &Path, ino: u64) -> Result<ActionGroup, Missing> {
         let name = path
             .file_name()
             .and_then(|n| n.to_str())
             .filter(|n| valid_name(n))
-            .ok_or_else(|| io::Error::other(format!("{} is not a rea group", path.display())))?;
-        let parent = path.parent().ok_or_else(|| io::Error::other("no parent"))?;
-        let pfd = open_dir(parent)?;
-        let dir = openat(&pfd, name, dir_flags(), Mode::empty()).map_err(io::Error::from)?;
-        let g = ActionGroup::from_parts(pfd, name, dir, parent)?;
-        if g.ino != ino {
-            return Err(io::Error::other(format!(
-                "{} has inode {}, the record says {ino}: another group",
-                path.display(),
-                g.ino
+            .ok_or_else(|| Missing::NotAGroup(format!("{} is not a rea group", path.display())))?;
+        let parent = path
+            .parent()
+            .ok_or_else(|| Missing::NotAGroup(format!("{} has no parent", path.display())))?;
+        let missing = |e: io::Error| {
+            if e.raw_os_error() == Some(libc::ENOENT) {
+                Missing::Gone(format!("{} does not exist", path.display()))
+            } else {
+                Missing::Unreachable(format!("{}: {e}", path.display()))
+            }
+        };
+        let pfd = open_dir(parent).map_err(missing)?;
+        let dir = openat(&pfd, name, dir_flags(), Mode::empty())
+            .map_err(|e| missing(io::Error::from(e)))?;
+        if !on_cgroup2(&dir) {
+            return Err(Missing::NotAGroup(format!(
+                "{} is not on a cgroup2 mount",
+                path.display()
             )));
+        }
+        let g = ActionGroup::from_parts(pfd, name, dir, parent).map_err(missing)?;
+        if g.ino != ino {
+            return Err(Missing::Recreated {
+                ino_now: g.ino,
+                detail: format!(
+                    "{} has inode {}, the record says {ino}: another group",
+                    path.display(),
+                    g.ino
+                ),
+            });
         }
         Ok(g)
     }
@@ -268,6 +299,73 @@ impl Drop for ActionGroup {
     }
 }
 
+/// Why a recorded group could not be re-opened ([`ActionGroup::locate`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    /// No directory has the recorded name.
+    Gone(String),
+    /// The name now names a directory with another inode.
+    Recreated { ino_now: u64, detail: String },
+    /// Not a `rea-` name, or not on cgroup2.
+    NotAGroup(String),
+    /// It could not be opened or stat'd (permissions, I/O).
+    Unreachable(String),
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Missing::Gone(d)
+            | Missing::Recreated { detail: d, .. }
+            | Missing::NotAGroup(d)
+            | Missing::Unreachable(d) => f.write_str(d),
+        }
+    }
+}
+
+fn on_cgroup2(dir: &OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a zeroed plain-old-data out-struct.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid open descriptor and a valid out-pointer.
+    let rc = unsafe { libc::fstatfs(dir.as_raw_fd(), &mut fs) };
+    rc == 0 && fs.f_type as i64 == CGROUP2_MAGIC
+}
+
 fn dir_flags() -> OFlag {
     OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn a_rea_named_directory_off_cgroup2_is_not_a_group() {
+        // What a forged containment record could name: an ordinary
+        // directory with the right name and inode, and a cgroup.kill file.
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("rea-forged");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("cgroup.kill"), b"").unwrap();
+        let ino = std::fs::metadata(&dir).unwrap().ino();
+        match ActionGroup::locate(&dir, ino) {
+            Err(Missing::NotAGroup(d)) => assert!(d.contains("cgroup2"), "{d}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(ActionGroup::open_recorded(&dir, ino).is_err());
+        assert_eq!(std::fs::read(dir.join("cgroup.kill")).unwrap(), b"");
+        let gone = t.path().join("rea-gone");
+        assert!(matches!(
+            ActionGroup::locate(&gone, 1),
+            Err(Missing::Gone(_))
+        ));
+        let other = t.path().join("not-rea");
+        std::fs::create_dir(&other).unwrap();
+        assert!(matches!(
+            ActionGroup::locate(&other, 1),
+            Err(Missing::NotAGroup(_))
+        ));
+    }
 }

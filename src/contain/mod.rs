@@ -4,9 +4,11 @@
 //! group in it; `group` is the [`group::ActionGroup`], the identity of the
 //! group `rea-<run id>` this process created by exclusive `mkdir`, with
 //! its operations (members, populated, kill, remove) as methods, like
-//! [`crate::process::pidfd::VerifiedPidFd`] for a process. `mode` is the
-//! vocabulary the records use.
+//! [`crate::process::pidfd::VerifiedPidFd`] for a process. `census`
+//! looks a recorded group up again and lists who is in it (reconcile,
+//! recover). `mode` is the vocabulary the records use.
 
+pub mod census;
 pub mod choice;
 pub mod discover;
 pub mod group;

@@ -10,13 +10,13 @@
 //! only not yet reaped). The fd is closed at once. Nothing here signals,
 //! waits on or otherwise touches the process: this module has no way to.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::identity::{is_gone, read_stat, real_uid, Stat};
 use super::pidfd::{pidfd_exited, pidfd_open};
 
 /// What the probe found.
-#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Liveness {
     /// The process with this pid *and* start time is running.

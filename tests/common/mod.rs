@@ -6,6 +6,7 @@ pub mod counted;
 pub mod harness;
 pub mod logs;
 pub mod raw;
+pub mod recovery;
 pub mod reuse;
 pub mod schema;
 pub mod stop;

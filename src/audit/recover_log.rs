@@ -1,0 +1,324 @@
+//! `rea-audit verify` for a recovery log (`rea-watchdog recover`, SPEC 8).
+//!
+//! Detected by its first record's kind ([`is_recovery_log`]). The same
+//! strictness as for the other logs: lines read bounded by the cap, no
+//! CR, typed records with unknown fields refused, every line byte for
+//! byte the writer's encoding, `seq` 0, 1, 2, one run, the genesis and
+//! the chain. Then [`super::recover_judge`] checks the order of the
+//! records, runs the recovery's decision again on the recorded facts,
+//! and compares the stage. `delete_allowed` (result `recovered`) only for
+//! an intact, sealed log whose facts show the group emptied
+//! (`populated` false) and removed and nothing of the run left, and whose
+//! stage matches as it must for a watchdog's log.
+
+use std::borrow::Cow;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::reader::{open_log, read_lines, OpenError, Piece, Wire};
+use super::record::StagingInventoried;
+use super::recover_judge::judge;
+use super::recover_lines::{Check, Judged};
+use super::verdict::{Decision, Status};
+use super::writer::MAX_LINE;
+use crate::recover::record::{Outcome, RecoveryEvent, KINDS};
+
+pub use super::recover_lines::{Finding, FindingCode, Problem};
+
+/// What a recovery log shows.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RecoveryResult {
+    Recovered,
+    Failed,
+    Refused,
+    Incomplete,
+    Tampered,
+    Error,
+}
+
+/// The object `verify --json` prints for a recovery log
+/// (audit-schema/recovery-verdict.schema.json).
+#[derive(Serialize, Clone, Debug)]
+pub struct RecoveryVerdict {
+    pub log_kind: &'static str,
+    pub verdict: Decision,
+    pub status: Status,
+    pub result: RecoveryResult,
+    pub exit_code: i32,
+    pub log: String,
+    pub run: Option<String>,
+    pub records: u64,
+    pub head: Option<String>,
+    /// The last record is the decision and nothing follows it.
+    pub sealed: bool,
+    /// The lost watchdog's log the recovery was of, as it recorded it.
+    pub recovered_log: Option<String>,
+    pub recovered_run: Option<String>,
+    pub recovered_intact_seq: Option<u64>,
+    pub recovered_intact_head: Option<String>,
+    /// The decision as recorded (when the log is intact).
+    pub outcome: Option<Outcome>,
+    /// The stage as the recovery inventoried it (what `--staging` must match).
+    pub staging: Option<StagingInventoried>,
+    pub reasons: Vec<Finding>,
+}
+
+#[derive(Deserialize)]
+struct KindOnly<'a> {
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+}
+
+/// Whether the log's first line is a record of a recovery log (any of its
+/// kinds, so a reordered one is judged here too; routing only: everything
+/// is checked strictly afterwards).
+pub fn is_recovery_log(path: &Path) -> bool {
+    let Ok(f) = open_log(path) else {
+        return false;
+    };
+    let mut first = Vec::new();
+    if f.take(MAX_LINE as u64 + 1).read_to_end(&mut first).is_err() {
+        return false;
+    }
+    let line = first.split(|&b| b == b'\n').next().unwrap_or(&[]);
+    serde_json::from_slice::<KindOnly>(line).is_ok_and(|k| KINDS.contains(&k.kind.as_ref()))
+}
+
+/// What `verify` was asked besides the log.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryOptions {
+    pub expect_head: Option<String>,
+    pub expect_run: Option<String>,
+    pub staging: Option<PathBuf>,
+}
+
+/// Verifies the recovery log at `path`; never fails.
+pub fn verify_recovery_file(path: &Path, opts: &RecoveryOptions) -> RecoveryVerdict {
+    let mut c = Check::default();
+    let name = path.display().to_string();
+    let tail = match open_log(path) {
+        Err(e) => {
+            let code = match e {
+                OpenError::Io(_) => Problem::IoError,
+                OpenError::NotRegular(_) => Problem::NotARegularFile,
+            };
+            c.push(code, None, e.to_string());
+            return finish(c, name, Judged::default());
+        }
+        Ok(f) => read_lines(f, |p| match p {
+            Piece::Line(l) => c.line(l),
+            Piece::Overlong(len) => {
+                c.lines += 1;
+                c.prev = None;
+                let n = c.lines;
+                let d = format!("{len} bytes; the cap is {MAX_LINE}");
+                c.push(Problem::Malformed, Some(n), d);
+            }
+        }),
+    };
+    match tail {
+        Err(e) => c.push(Problem::IoError, None, e.to_string()),
+        Ok(Some(t)) => {
+            let line = Some(c.lines + 1);
+            let d = format!("{} bytes after the last newline", t.len());
+            c.push(Problem::TornLine, line, d);
+        }
+        Ok(None) => {}
+    }
+    if c.lines == 0 && c.found.is_empty() {
+        c.push(Problem::EmptyLog, None, "the log is empty");
+    }
+    if let (Some(want), Some(run)) = (&opts.expect_run, c.run.clone()) {
+        if *want != run {
+            let d = format!("log is of run {run}, expected {want}");
+            c.push(Problem::ExpectRunMismatch, None, d);
+        }
+    }
+    if let Some(want) = &opts.expect_head {
+        if c.prev.as_deref() != Some(want.as_str()) {
+            let d = format!(
+                "head is {}, pinned {want}",
+                c.prev.as_deref().unwrap_or("(none)")
+            );
+            c.push(Problem::HeadMismatch, None, d);
+        }
+    }
+    let judged = judge(&mut c, opts.staging.as_deref());
+    finish(c, name, judged)
+}
+
+fn finish(c: Check, log: String, j: Judged) -> RecoveryVerdict {
+    let status = c
+        .found
+        .iter()
+        .map(|f| f.class)
+        .max()
+        .unwrap_or(Status::DeleteAllowed);
+    let log_problem = c
+        .found
+        .iter()
+        .filter(|f| matches!(f.code, FindingCode::Log(_)))
+        .map(|f| f.class)
+        .filter(|s| *s > Status::Retain)
+        .max();
+    let result = match (log_problem, j.outcome) {
+        (Some(Status::Error), _) => RecoveryResult::Error,
+        (Some(Status::Tampered), _) => RecoveryResult::Tampered,
+        (Some(_), _) | (None, None) => RecoveryResult::Incomplete,
+        (None, Some(Outcome::Recovered)) => RecoveryResult::Recovered,
+        (None, Some(Outcome::Failed)) => RecoveryResult::Failed,
+        (None, Some(Outcome::Refused)) => RecoveryResult::Refused,
+    };
+    // Recovered and nothing found: the only way to delete_allowed.
+    let status = match (status, result) {
+        (Status::DeleteAllowed, RecoveryResult::Recovered) => Status::DeleteAllowed,
+        (Status::DeleteAllowed, _) => Status::Retain,
+        (s, _) => s,
+    };
+    let intact = log_problem.is_none();
+    RecoveryVerdict {
+        log_kind: "recovery",
+        verdict: if status == Status::DeleteAllowed {
+            Decision::DeleteAllowed
+        } else {
+            Decision::Retain
+        },
+        status,
+        result,
+        exit_code: status.exit_code(),
+        log,
+        run: c.run,
+        records: c.lines,
+        head: c.prev,
+        sealed: j.sealed && intact,
+        recovered_log: j.recovered_log,
+        recovered_run: j.recovered_run,
+        recovered_intact_seq: j.recovered_intact_seq,
+        recovered_intact_head: j.recovered_intact_head,
+        outcome: j.outcome.filter(|_| intact),
+        staging: j.staging,
+        reasons: c.found,
+    }
+}
+
+fn token<T: Serialize>(t: &T) -> String {
+    serde_json::to_value(t)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+impl RecoveryVerdict {
+    /// For people (control characters escaped).
+    pub fn human(&self) -> String {
+        let word = match (self.status, self.result) {
+            (Status::DeleteAllowed, _) => {
+                "DELETE ALLOWED (recovered: the group was emptied and removed)"
+            }
+            (_, RecoveryResult::Recovered) => "RETAIN (recovered, but the stage is not cleared)",
+            (_, RecoveryResult::Failed) => "RETAIN (the recovery ran but is not proven)",
+            (_, RecoveryResult::Refused) => "RETAIN (the recovery was refused; nothing was killed)",
+            (_, RecoveryResult::Incomplete) => "RETAIN (incomplete: the recovery did not finish)",
+            (_, RecoveryResult::Tampered) => "RETAIN (log tampered)",
+            (_, RecoveryResult::Error) => "RETAIN (could not verify)",
+        };
+        let mut s = format!("{}: recovery log: {word}\n", self.log);
+        if let Some(run) = &self.run {
+            s.push_str(&format!("  run      {run}\n"));
+        }
+        let sealed = if self.sealed {
+            ", sealed by its decision"
+        } else {
+            ""
+        };
+        s.push_str(&format!("  records  {}{sealed}\n", self.records));
+        if let Some(h) = &self.head {
+            s.push_str(&format!("  head     {h}\n"));
+        }
+        if let Some(l) = &self.recovered_log {
+            s.push_str(&format!(
+                "  recovers {l}: run {}, intact through seq {}, head {}\n",
+                self.recovered_run.as_deref().unwrap_or("?"),
+                self.recovered_intact_seq
+                    .map_or("?".to_string(), |x| x.to_string()),
+                self.recovered_intact_head.as_deref().unwrap_or("?")
+            ));
+        }
+        if let Some(o) = self.outcome {
+            s.push_str(&format!("  outcome  {}\n", token(&o)));
+        }
+        if let Some(st) = &self.staging {
+            s.push_str(&format!("  staging  {}\n", st.identity.path));
+        }
+        for r in &self.reasons {
+            let line = r.line.map(|l| format!("line {l}: ")).unwrap_or_default();
+            s.push_str(&format!(
+                "  - {} [{}] {line}{}\n",
+                token(&r.code),
+                token(&r.class),
+                r.detail
+            ));
+        }
+        s.lines().map(|l| super::people::escape(l) + "\n").collect()
+    }
+}
+
+/// One line of a recovery log for `rea-audit show` (`None`: not one).
+pub fn show_line(line: &[u8]) -> Option<String> {
+    let w: Wire = serde_json::from_slice(line).ok()?;
+    let ev = RecoveryEvent::parse(&w.kind, w.data.get())?.ok()?;
+    let what = match &ev {
+        RecoveryEvent::Started(s) => format!(
+            "of {} (run {}, intact through seq {})",
+            s.log,
+            s.log_run.as_deref().unwrap_or("?"),
+            s.log_intact_seq.map_or("?".into(), |x| x.to_string())
+        ),
+        RecoveryEvent::Checked(c) => format!(
+            "watchdog {}, group {}",
+            c.watchdog
+                .as_ref()
+                .map_or("not probed".into(), |w| token(&w.state)),
+            c.group
+                .as_ref()
+                .map_or("not looked at".into(), |g| token(&g.state))
+        ),
+        RecoveryEvent::Members(m) => {
+            let pids: Vec<String> = m.members.iter().map(|x| x.pid.to_string()).collect();
+            format!(
+                "{} member(s) before cgroup.kill: {}",
+                pids.len(),
+                pids.join(" ")
+            )
+        }
+        RecoveryEvent::Killed(k) => format!(
+            "cgroup.kill {}; {} after {} ms",
+            k.kill_error.as_deref().unwrap_or("written"),
+            match k.populated {
+                Some(false) => "populated 0",
+                Some(true) => "STILL POPULATED",
+                None => "populated unreadable",
+            },
+            k.waited_ms
+        ),
+        RecoveryEvent::GroupRemoved(r) => format!(
+            "{} {}",
+            r.group.path,
+            if r.removed {
+                "removed".to_string()
+            } else {
+                format!("NOT removed: {}", r.detail)
+            }
+        ),
+        RecoveryEvent::Staging(st) => format!("stage {}", st.path),
+        RecoveryEvent::Scan(sc) => format!("{} process(es) of the run left", sc.processes.len()),
+        RecoveryEvent::Decided(d) => {
+            let codes: Vec<String> = d.reasons.iter().map(|r| r.code.as_str()).collect();
+            format!("{} {}", token(&d.outcome), codes.join(", "))
+        }
+    };
+    Some(format!("{:>5} {:<22} {what}", w.seq, w.kind))
+}

@@ -1,0 +1,185 @@
+//! The recovery itself, once every check passed: record who is in the
+//! group, then `cgroup.kill` (through [`ActionGroup::kill`], on the group
+//! opened by its recorded inode: the one other way anything in rea is
+//! killed, SPEC 3.5), wait (bounded by [`WAIT`]) for `populated 0`,
+//! `rmdir` the group, inventory the stage, and look for live processes
+//! that still carry the run's `REA_RUN_ID` outside it. Each step is made
+//! durable in the recovery log as it is done; the members before the kill.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::log::RecoveryLog;
+use super::record::{
+    Code, Reason, RecoveryEvent, RecoveryGroupRemoved, RecoveryKilled, RecoveryMembers,
+    RecoveryScan, RecoveryStaging, RecoveryStarted, ScanProc,
+};
+use super::rule::failures;
+use crate::audit::reconcile_env::run_processes;
+use crate::audit::record::GroupMember;
+use crate::contain::census::census;
+use crate::contain::group::ActionGroup;
+
+/// How long the recovery waits for `populated 0` after `cgroup.kill`.
+/// A constant, not a flag: the kernel delivers SIGKILL to every member at
+/// once and the group empties as they exit (about 10 ms for 1000 here);
+/// a group still populated after 5 s holds something SIGKILL cannot end
+/// promptly (uninterruptible sleep), and the recovery says so instead of
+/// waiting longer.
+pub const WAIT: Duration = Duration::from_secs(5);
+
+/// Processes of the run found outside the group that are listed, at most.
+const MAX_SCAN: usize = 64;
+
+/// A record could not be made durable; whether `cgroup.kill` was written.
+pub struct LogFailed {
+    pub error: std::io::Error,
+    pub killed: bool,
+}
+
+fn pids(ms: &[GroupMember]) -> String {
+    let v: Vec<String> = ms.iter().map(|m| m.pid.to_string()).collect();
+    if v.is_empty() {
+        "none listed".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// Runs the recovery on `g`; the reasons it is not proven (empty:
+/// recovered). Stops at the first record that cannot be made durable.
+pub fn act(
+    log: &mut RecoveryLog,
+    g: ActionGroup,
+    s: &RecoveryStarted,
+) -> Result<Vec<Reason>, LogFailed> {
+    let fail = |killed: bool| move |error: std::io::Error| LogFailed { error, killed };
+    let identity = crate::audit::record::GroupIdentity {
+        path: g.path().display().to_string(),
+        ino: g.ino(),
+    };
+    let before = census(&g);
+    log.record(&RecoveryEvent::Members(RecoveryMembers {
+        group: identity.clone(),
+        populated: before.populated,
+        members: before.members,
+        members_not_listed: before.not_listed,
+        members_not_visible: before.not_visible,
+        error: before.error,
+    }))
+    .map_err(fail(false))?;
+
+    let t0 = Instant::now();
+    let kill_error = g.kill().err().map(|e| format!("cgroup.kill: {e}"));
+    if kill_error.is_none() {
+        // Its answer is read again below, whatever it was.
+        let _ = g.wait_empty(WAIT);
+    }
+    let waited_ms = t0.elapsed().as_millis() as u64;
+    let populated = g.populated().ok();
+    let left = match populated {
+        Some(false) => Default::default(),
+        _ => census(&g),
+    };
+    let killed = RecoveryKilled {
+        kill_error,
+        populated,
+        waited_ms,
+        wait_limit_ms: WAIT.as_millis() as u64,
+        members_left: left.members,
+        members_left_not_listed: left.not_listed + left.not_visible,
+    };
+    let wrote_kill = killed.kill_error.is_none();
+    log.record(&RecoveryEvent::Killed(killed.clone()))
+        .map_err(fail(wrote_kill))?;
+
+    let removed = if populated == Some(false) {
+        match g.remove() {
+            Ok(()) => RecoveryGroupRemoved {
+                group: identity.clone(),
+                removed: true,
+                detail: String::new(),
+            },
+            Err((_, e)) => RecoveryGroupRemoved {
+                group: identity.clone(),
+                removed: false,
+                detail: format!("rmdir: {e}"),
+            },
+        }
+    } else {
+        RecoveryGroupRemoved {
+            group: identity.clone(),
+            removed: false,
+            detail: "not attempted: the group is still populated".into(),
+        }
+    };
+    log.record(&RecoveryEvent::GroupRemoved(removed.clone()))
+        .map_err(fail(wrote_kill))?;
+
+    if let Some(p) = &s.staging {
+        let (staging, error) = match crate::inventory::staging(Path::new(p)) {
+            Ok(st) => (Some(st), None),
+            Err(e) => (None, Some(format!("cannot inventory {p}: {e}"))),
+        };
+        let rec = RecoveryStaging {
+            path: p.clone(),
+            staging,
+            error,
+        };
+        log.record(&RecoveryEvent::Staging(rec))
+            .map_err(fail(wrote_kill))?;
+    }
+
+    let run = s.log_run.clone().unwrap_or_default();
+    let mut scan = RecoveryScan {
+        run: run.clone(),
+        processes: Vec::new(),
+        processes_not_listed: 0,
+        error: None,
+    };
+    match run_processes(&run) {
+        Ok(ps) => {
+            for p in ps {
+                if scan.processes.len() < MAX_SCAN {
+                    scan.processes.push(ScanProc {
+                        pid: p.pid,
+                        start_time: p.start_time,
+                        comm: crate::vocab::bounded(&p.comm),
+                    });
+                } else {
+                    scan.processes_not_listed += 1;
+                }
+            }
+        }
+        Err(e) => scan.error = Some(format!("/proc scan: {e}")),
+    }
+    log.record(&RecoveryEvent::Scan(scan.clone()))
+        .map_err(fail(wrote_kill))?;
+
+    let reasons = failures(&killed, &removed, &scan)
+        .into_iter()
+        .map(|code| {
+            let detail = match code {
+                Code::KillFailed => killed.kill_error.clone().unwrap_or_default(),
+                Code::StillPopulated => format!(
+                    "the group is still populated after {} ms (populated {:?}); left: {}",
+                    killed.waited_ms,
+                    killed.populated,
+                    pids(&killed.members_left)
+                ),
+                Code::GroupNotRemoved => removed.detail.clone(),
+                Code::ScanFailed => scan.error.clone().unwrap_or_default(),
+                _ => format!(
+                    "live processes outside the group carry REA_RUN_ID={run}: {}",
+                    scan.processes
+                        .iter()
+                        .map(|p| format!("{} ({})", p.pid, p.comm))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            Reason { code, detail }
+        })
+        .collect();
+    Ok(reasons)
+}
