@@ -56,8 +56,7 @@ pub struct Action {
     jobs: Jobs,
     replies: Replies,
     phase: Phase,
-    /// The action's cgroup (SPEC 8) until close removes it.
-    group: Option<ActionGroup>,
+    group: Option<ActionGroup>, // SPEC 8: until close removes it
 }
 
 impl Action {
@@ -81,11 +80,8 @@ impl Action {
         src.add(state.fifo.as_raw_fd(), Source::Fifo, Interest::READABLE)
             .map_err(|e| fail("request FIFO", e))?;
         let mut ledger = Ledger::new(audit);
-        let group = ledger.start(
-            [first, root],
-            contained,
-            super::arm::then(&cfg, &staging_start),
-        )?;
+        let arm = super::arm::then(&cfg, &staging_start);
+        let group = ledger.start([first, root], contained, arm)?;
         Ok(Action {
             cfg,
             me,

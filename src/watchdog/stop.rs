@@ -38,13 +38,14 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use super::stop_group as group;
 use crate::audit::record::{
-    no_live_or_waitable, AskEnd, AskEnded, Event, GroupKill, GroupKillFailed, Ident, Link, Sig,
-    SignalFailed, SignalSweep, Stage, StopCompleted, StopReason, Uncertainty,
+    no_live_or_waitable, AskEnd, AskEnded, Event, Ident, Link, Sig, SignalFailed, SignalSweep,
+    Stage, StopCompleted, StopReason, Uncertainty,
 };
 use crate::clock::millis;
 use crate::contain::group::ActionGroup;
-use crate::process::identity::{is_gone, read_stat, Stat};
+use crate::process::identity::Stat;
 use crate::process::pidfd::{bind, BindError, VerifiedPidFd};
 use crate::process::reap::Peek;
 use crate::process::scan::descendants;
@@ -93,21 +94,6 @@ fn soft_limit() -> usize {
 /// `None` when it cannot be listed (no descriptor left even for that).
 fn open_descriptors() -> Option<usize> {
     std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count())
-}
-
-/// Adds the group's members the `/proc` closure did not find to `scan`.
-fn add_members(g: &ActionGroup, scan: &mut Vec<Stat>) -> std::io::Result<()> {
-    let seen: HashSet<i32> = scan.iter().map(|s| s.pid).collect();
-    for pid in g.members()? {
-        if pid > 0 && !seen.contains(&pid) {
-            match read_stat(pid) {
-                Ok(st) => scan.push(st),
-                Err(e) if is_gone(&e) => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-    Ok(())
 }
 
 /// A sweep's record part being filled: the targets bound since the last
@@ -285,7 +271,7 @@ impl Stopper {
             // The group's members count as well (SPEC 8): one the closure
             // missed keeps the stop going (and binds only if its parent is
             // the watchdog or a member).
-            if let Err(e) = add_members(g, &mut scan) {
+            if let Err(e) = group::add_members(g, &mut scan) {
                 scan_error.get_or_insert(e.to_string());
             }
         }
@@ -418,21 +404,16 @@ impl Stopper {
     }
 
     /// cgroup mode, the KILL stage's first step: `cgroup.kill`, once,
-    /// recorded durably before it is written (like a sweep); the sweeps
-    /// go on after it as in `none`.
+    /// recorded durably before it is written.
     fn kill_group(&mut self, host: &mut impl StopHost) {
         self.group_killed = true;
-        let Some(g) = host.group() else { return };
-        let (ino, members) = (g.ino(), g.members().unwrap_or_default());
-        host.append(Event::GroupKill(GroupKill { ino, members }));
+        let Some(ev) = host.group().map(group::kill_record) else {
+            return;
+        };
+        host.append(ev);
         host.sync();
-        let Some(g) = host.group() else { return };
-        if let Err(e) = g.kill() {
-            host.append(Event::GroupKillFailed(GroupKillFailed {
-                ino,
-                errno: e.raw_os_error().unwrap_or(0),
-                detail: crate::vocab::bounded(&e.to_string()),
-            }));
+        if let Some(ev) = host.group().and_then(group::kill_now) {
+            host.append(ev);
         }
     }
 

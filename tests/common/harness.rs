@@ -395,8 +395,8 @@ impl Drop for Watchdog {
 /// through `ActionGroup::kill` if it still has members, then removed. A
 /// group recreated under the name (another inode) is never touched.
 pub struct GroupGuard {
-    path: PathBuf,
-    ino: u64,
+    pub path: PathBuf,
+    pub ino: u64,
 }
 
 impl GroupGuard {
@@ -406,6 +406,11 @@ impl GroupGuard {
             path: PathBuf::from(c["path"].as_str()?),
             ino: c["ino"].as_u64()?,
         })
+    }
+
+    /// The recorded group still exists (same path, same inode).
+    pub fn exists(&self) -> bool {
+        rea::contain::group::ActionGroup::open_recorded(&self.path, self.ino).is_ok()
     }
 }
 

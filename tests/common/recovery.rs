@@ -4,13 +4,11 @@
 //! running `reconcile`, `recover` and `verify` with every JSON they print
 //! checked against its schema.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output};
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use rea::contain::group::ActionGroup;
 use serde_json::Value;
 
 use super::harness::*;
@@ -29,41 +27,7 @@ fn validator(name: &'static str) -> &'static jsonschema::Validator {
     cell.get_or_init(|| compile(name))
 }
 
-/// Ends and removes a group at the end of a test, whatever happened: it
-/// re-opens the group by path *and* inode (a `rea-` name on cgroup2
-/// only), so a directory recreated under the same name is never touched
-/// unless the guard was made for that very inode.
-pub struct GroupGuard {
-    pub path: PathBuf,
-    pub ino: u64,
-}
-
-impl GroupGuard {
-    /// The group a watchdog log's `containment` record names.
-    pub fn of(recs: &[Value]) -> Option<GroupGuard> {
-        let c = of_kind(recs, "containment").first()?["data"]["group"].clone();
-        Some(GroupGuard {
-            path: PathBuf::from(c["path"].as_str()?),
-            ino: c["ino"].as_u64()?,
-        })
-    }
-
-    pub fn exists(&self) -> bool {
-        ActionGroup::open_recorded(&self.path, self.ino).is_ok()
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if let Ok(g) = ActionGroup::open_recorded(&self.path, self.ino) {
-            if g.populated().unwrap_or(true) {
-                let _ = g.kill();
-                let _ = g.wait_empty(Duration::from_secs(5));
-            }
-            let _ = g.remove();
-        }
-    }
-}
+pub use super::harness::GroupGuard;
 
 /// The tree a lost watchdog leaves behind: a 3-deep chain under the job's
 /// leader, three setsid escapees, and the "Hopper" (the sibling's argv).
