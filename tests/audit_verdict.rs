@@ -452,3 +452,56 @@ fn show_prints_one_line_per_record_in_order() {
         "{text}"
     );
 }
+
+/// A TERM sweep's `cont` (issue 12: SIGCONT only to targets seen stopped)
+/// is checked against the sweep: a pid that is not one of its targets, or
+/// a `cont` on a KILL sweep, is a replay mismatch; a target's pid, with
+/// the receipt counting that SIGCONT, verifies as before.
+#[test]
+fn a_sigcont_outside_a_term_sweeps_targets_is_tampered() {
+    let run = "cont-check";
+    let log = build(&LogOpts::stopped(run, StopReason::Deadline));
+    let at = log.line_of("signal_sweep", 0) - 1;
+    let sweep: serde_json::Value = serde_json::from_slice(&log.lines()[at]).unwrap();
+    let target = sweep["data"]["targets"][0]["pid"].as_i64().unwrap();
+    let receipt_at = log.line_of("receipt", 0) - 1;
+    let signals = {
+        let r: serde_json::Value = serde_json::from_slice(&log.lines()[receipt_at]).unwrap();
+        r["data"]["counts"]["signals"].as_u64().unwrap()
+    };
+    let with_cont = |pid: i64, stage: Option<&str>| {
+        let mut lines = read_lines(&log.path);
+        // After `others`, as the writer orders the fields.
+        let others = format!("\"others\":{}", sweep["data"]["others"]);
+        let with = format!("{others},\"cont\":[{pid}]");
+        let mut l = replace_once(&lines[at], &others, with.as_bytes());
+        if let Some(s) = stage {
+            l = replace_once(&l, "\"stage\":\"term\"", s.as_bytes());
+        }
+        lines[at] = l;
+        let counted = format!("\"signals\":{}", signals + 1);
+        lines[receipt_at] = replace_once(
+            &lines[receipt_at],
+            &format!("\"signals\":{signals}"),
+            counted.as_bytes(),
+        );
+        common::logs::rechain(&mut lines, run, at);
+        write_lines(&log.path, &lines);
+    };
+    let original = read_lines(&log.path);
+    with_cont(target, None);
+    let v = verify(&log.path, &[]);
+    v.expect("delete_allowed", 0, &[]);
+    write_lines(&log.path, &original);
+    with_cont(999_999, None);
+    let v = verify(&log.path, &[]);
+    v.expect("tampered", 3, &[("replay_mismatch", None)]);
+    assert!(
+        v.json.to_string().contains("sends SIGCONT to pid 999999"),
+        "{}",
+        v.json
+    );
+    write_lines(&log.path, &original);
+    with_cont(target, Some("\"stage\":\"kill\""));
+    verify(&log.path, &[]).expect("tampered", 3, &[("replay_mismatch", None)]);
+}

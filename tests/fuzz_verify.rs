@@ -337,6 +337,7 @@ fn huge_sweep_log(path: &Path, parts: u32, per: u32) -> String {
             signals: vec![Sig::Term],
             targets,
             others: Vec::new(),
+            cont: Vec::new(),
         }));
     }
     log.put(&Event::StopCompleted(StopCompleted {

@@ -460,6 +460,7 @@ fn every_kind_events() -> Vec<Event> {
             signals: vec![sig, Sig::Cont],
             targets: vec![proc_(4130, WD.pid, "python3")],
             others: vec![],
+            cont: Vec::new(),
         }));
     }
     for reason in [AskEnd::HalfGrace, AskEnd::LeadersExited] {
@@ -474,7 +475,7 @@ fn every_kind_events() -> Vec<Event> {
             sweep: 2,
             part: 0,
             stage: Stage::Term,
-            signals: vec![Sig::Term, Sig::Cont],
+            signals: vec![Sig::Term],
             targets: vec![
                 proc_(4130, WD.pid, "python3"),
                 proc_(4133, WD.pid, "HopperDaemon"),
@@ -484,6 +485,8 @@ fn every_kind_events() -> Vec<Event> {
                 pid: 4134,
                 ppid: 4130,
             }],
+            // 4140 was stopped when it was bound: SIGCONT after its TERM.
+            cont: vec![4140],
         }),
         Event::SignalFailed(SignalFailed {
             sweep: 1,
@@ -542,6 +545,7 @@ fn every_kind_events() -> Vec<Event> {
             signals: vec![Sig::Kill],
             targets: vec![proc_(4133, WD.pid, "HopperDaemon")],
             others: vec![],
+            cont: Vec::new(),
         }),
         Event::StopCompleted(StopCompleted {
             reason: StopReason::ExcessOutput,

@@ -149,6 +149,7 @@ fn signal_to_the_watchdog_stops_the_whole_tree() {
     assert_eq!(out.status.code(), Some(124), "{out:?}");
     assert_eq!(w.sealed.as_ref().unwrap()["positive"], true);
     assert_positive_stop(&w, &sibling, "signal");
+    assert_cont_only_to_the_stopped(&w.records(), &t.members);
 }
 
 #[test]

@@ -229,9 +229,15 @@ pub struct SignalSweep {
     /// any of its signals is sent.
     pub part: u32,
     pub stage: Stage,
+    /// Sent to every target, in this order.
     pub signals: Vec<Sig>,
     pub targets: Vec<Proc>,
     pub others: Vec<Link>,
+    /// The targets (by pid) that were seen stopped when bound and got
+    /// SIGCONT after `signals` (*rev 2*: a TERM sweep no longer sends
+    /// SIGCONT to every target). Absent when none did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cont: Vec<i32>,
 }
 
 /// Why the ask step ended (SPEC 3.5 step 3).
@@ -415,7 +421,9 @@ impl Counts {
                 self.refused += r.count;
             }
             Event::JobSpawned(_) => self.jobs += 1,
-            Event::SignalSweep(s) => self.signals += (s.targets.len() * s.signals.len()) as u64,
+            Event::SignalSweep(s) => {
+                self.signals += (s.targets.len() * s.signals.len() + s.cont.len()) as u64
+            }
             Event::JobExited(_) => self.reaped += 1,
             Event::Reaped(r) => self.reaped += r.processes.len() as u64,
             _ => {}

@@ -345,6 +345,14 @@ impl Replay {
             return;
         };
         let w = start.watchdog;
+        for pid in &s.cont {
+            if s.stage != Stage::Term || !s.targets.iter().any(|t| t.pid == *pid) {
+                self.push(mismatch(format!(
+                    "sweep {} sends SIGCONT to pid {pid}: only a TERM sweep's own targets get one",
+                    s.sweep
+                )));
+            }
+        }
         for o in &s.others {
             if !self.sweep.members.insert(o.pid) {
                 self.push(mismatch(format!(

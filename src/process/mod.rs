@@ -3,6 +3,7 @@
 pub mod alive;
 pub mod forked;
 pub mod identity;
+pub mod info;
 pub mod pidfd;
 pub mod reap;
 pub mod scan;

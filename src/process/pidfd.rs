@@ -17,7 +17,8 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 
 use super::forked::Forked;
-use super::identity::{is_gone, read_stat, read_uids, Stat};
+use super::identity::{is_gone, read_stat, read_uids, Stat, Uids};
+use super::info::{self, Answer};
 use super::reap;
 use crate::vocab::{Ident, Proc, Status, Uncertainty};
 
@@ -26,6 +27,8 @@ use crate::vocab::{Ident, Proc, Status, Uncertainty};
 pub struct VerifiedPidFd {
     fd: OwnedFd,
     proc: Proc,
+    /// Its `/proc/PID/stat` state when it was bound (`T`: stopped).
+    state: u8,
 }
 
 impl VerifiedPidFd {
@@ -39,6 +42,12 @@ impl VerifiedPidFd {
 
     pub fn pid(&self) -> i32 {
         self.proc.pid
+    }
+
+    /// It was stopped (`T`, or `t` by a tracer) when it was bound: a
+    /// SIGTERM stays pending until it is continued.
+    pub fn seen_stopped(&self) -> bool {
+        matches!(self.state, b'T' | b't')
     }
 
     /// True once the process has exited (the pidfd polls readable).
@@ -85,6 +94,18 @@ impl AsFd for VerifiedPidFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
+}
+
+/// Whether this kernel has `PIDFD_GET_INFO`: asked once, about this
+/// process, then remembered.
+pub fn info_supported() -> bool {
+    static ASKED: std::sync::Once = std::sync::Once::new();
+    ASKED.call_once(|| {
+        if let Ok(fd) = pidfd_open(std::process::id() as i32) {
+            let _ = info::get(fd.as_fd());
+        }
+    });
+    !info::known_unsupported()
 }
 
 /// Why a process could not be bound.
@@ -154,8 +175,22 @@ pub(crate) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// Re-reads `/proc` for an open pidfd; `Gone` if the pid is no longer in use.
-fn read_back(pid: i32) -> Result<(Stat, u32), BindError> {
+/// What a bind read back about the process an open pidfd pins.
+struct Back {
+    st: Stat,
+    /// The uid, all four agreeing.
+    uid: u32,
+    /// Its cgroup v2 group id, where `PIDFD_GET_INFO` said.
+    cgroup: Option<u64>,
+}
+
+/// Re-reads `/proc/PID/stat` for an open pidfd, then asks the kernel about
+/// the pinned process itself (`PIDFD_GET_INFO`: its uids and cgroup, no
+/// `/proc` read; `/proc/PID/status` where the kernel lacks it). `Gone` if
+/// the process is no longer there. The order matters: the call through
+/// the fd answers only while the pinned process is unreaped, so the `stat`
+/// read before it was that process's (a pid is reused only after a reap).
+fn read_back(fd: BorrowedFd<'_>, pid: i32) -> Result<Back, BindError> {
     let st = match read_stat(pid) {
         Ok(st) => st,
         Err(e) if is_gone(&e) => return Err(BindError::Gone),
@@ -169,27 +204,45 @@ fn read_back(pid: i32) -> Result<(Stat, u32), BindError> {
             ))
         }
     };
-    let uids = match read_uids(pid) {
-        Ok(u) => u,
-        Err(e) if is_gone(&e) => return Err(BindError::Gone),
+    let (uids, cgroup) = match info::get(fd) {
+        Ok(Answer::Info(i)) => (i.uids, i.cgroup),
+        Ok(Answer::Gone) => return Err(BindError::Gone),
+        Ok(Answer::Unsupported) => (status_uids(pid)?, None),
         Err(e) if short_of_descriptors(&e) => {
-            return Err(BindError::NoDescriptors(format!("/proc/{pid}/status: {e}")))
+            return Err(BindError::NoDescriptors(format!(
+                "PIDFD_GET_INFO({pid}): {e}"
+            )))
         }
         Err(e) => {
             return Err(uncertain(
-                Uncertainty::Unreadable,
-                format!("/proc/{pid}/status: {e}"),
+                Uncertainty::PidfdFailed,
+                format!("PIDFD_GET_INFO({pid}): {e}"),
             ))
         }
     };
     match uids.uniform() {
-        Some(uid) => Ok((st, uid)),
+        Some(uid) => Ok(Back { st, uid, cgroup }),
         None => Err(uncertain(
             Uncertainty::UidMismatch,
             format!(
                 "uids differ (real {}, effective {}, saved {}, fs {})",
                 uids.real, uids.effective, uids.saved, uids.fs
             ),
+        )),
+    }
+}
+
+/// The uids from `/proc/PID/status` (kernels without `PIDFD_GET_INFO`).
+fn status_uids(pid: i32) -> Result<Uids, BindError> {
+    match read_uids(pid) {
+        Ok(u) => Ok(u),
+        Err(e) if is_gone(&e) => Err(BindError::Gone),
+        Err(e) if short_of_descriptors(&e) => {
+            Err(BindError::NoDescriptors(format!("/proc/{pid}/status: {e}")))
+        }
+        Err(e) => Err(uncertain(
+            Uncertainty::Unreadable,
+            format!("/proc/{pid}/status: {e}"),
         )),
     }
 }
@@ -204,7 +257,7 @@ pub fn bind(
 ) -> Result<VerifiedPidFd, BindError> {
     let pid = scanned.pid;
     let fd = open_for_bind(pid)?;
-    let (st, uid) = read_back(pid)?;
+    let Back { st, uid, .. } = read_back(fd.as_fd(), pid)?;
     if st.start_time != scanned.start_time {
         return Err(uncertain(
             Uncertainty::StartTimeChanged,
@@ -228,6 +281,7 @@ pub fn bind(
     }
     Ok(VerifiedPidFd {
         fd,
+        state: st.state,
         proc: st.to_proc(uid),
     })
 }
@@ -236,7 +290,7 @@ pub fn bind(
 /// request's caller): the start time and uid read back must match.
 pub fn bind_ident(ident: Ident) -> Result<VerifiedPidFd, BindError> {
     let fd = open_for_bind(ident.pid)?;
-    let (st, uid) = read_back(ident.pid)?;
+    let Back { st, uid, .. } = read_back(fd.as_fd(), ident.pid)?;
     if st.is_zombie() {
         return Err(BindError::Gone);
     }
@@ -257,8 +311,48 @@ pub fn bind_ident(ident: Ident) -> Result<VerifiedPidFd, BindError> {
     }
     Ok(VerifiedPidFd {
         fd,
+        state: st.state,
         proc: st.to_proc(uid),
     })
+}
+
+/// cgroup mode (SPEC 8): binds a pid read from the action's group's
+/// `cgroup.procs`. Membership is the proof: the kernel, asked through the
+/// new pidfd, says the pinned process is in the group with id `group`
+/// (the recorded inode) and has the watchdog's uid; no scan, start time
+/// or parent to compare. `NotMember` when it is in another group (it left,
+/// or the pid now names a process that was never the action's);
+/// `Unsupported` when the kernel cannot say (no `PIDFD_GET_INFO`): bind it
+/// from a scan then, as in none mode.
+pub fn bind_member(pid: i32, group: u64, expect_uid: u32) -> Result<VerifiedPidFd, MemberError> {
+    let fd = open_for_bind(pid).map_err(MemberError::Bind)?;
+    let Back { st, uid, cgroup } = read_back(fd.as_fd(), pid).map_err(MemberError::Bind)?;
+    match cgroup {
+        None => return Err(MemberError::Unsupported),
+        Some(c) if c != group => return Err(MemberError::NotMember),
+        Some(_) => {}
+    }
+    if uid != expect_uid {
+        return Err(MemberError::Bind(uncertain(
+            Uncertainty::UidMismatch,
+            format!("uid {uid}, the watchdog's is {expect_uid}"),
+        )));
+    }
+    Ok(VerifiedPidFd {
+        fd,
+        state: st.state,
+        proc: st.to_proc(uid),
+    })
+}
+
+/// Why [`bind_member`] bound nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberError {
+    Bind(BindError),
+    /// The pinned process is not in the action's group.
+    NotMember,
+    /// The kernel cannot say which group the process is in.
+    Unsupported,
 }
 
 /// Binds a child the watchdog just forked ([`Forked::spawn`]), consuming
@@ -295,6 +389,7 @@ fn bind_own_child(pid: i32) -> io::Result<VerifiedPidFd> {
     let uid = read_uids(pid)?.real;
     Ok(VerifiedPidFd {
         fd,
+        state: st.state,
         proc: st.to_proc(uid),
     })
 }
@@ -322,5 +417,33 @@ mod tests {
         assert_eq!(fd.try_reap().unwrap(), Some(Status::Signal(libc::SIGKILL)));
         // Reaped: signalling the same identity again reaches nothing.
         fd.signal(Signal::SIGKILL).unwrap();
+    }
+
+    fn at_least_6_13() -> bool {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut v = release
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|x| x.parse::<u32>().unwrap_or(0));
+        (v.next().unwrap_or(0), v.next().unwrap_or(0)) >= (6, 13)
+    }
+
+    #[test]
+    fn pidfd_get_info_describes_this_process() {
+        let fd = pidfd_open(std::process::id() as i32).unwrap();
+        let me = read_uids(std::process::id() as i32).unwrap();
+        match info::get(fd.as_fd()).unwrap() {
+            Answer::Info(i) => {
+                assert_eq!(i.pid, std::process::id() as i32);
+                assert_eq!(i.ppid, nix::unistd::getppid().as_raw());
+                assert_eq!(i.uids, me);
+            }
+            // Only a kernel older than 6.13 may lack it (the fallback is
+            // what runs there); on a newer one the binding is broken.
+            Answer::Unsupported => assert!(
+                !at_least_6_13(),
+                "PIDFD_GET_INFO refused on a kernel that has it"
+            ),
+            Answer::Gone => panic!("this process is not gone"),
+        }
     }
 }

@@ -13,7 +13,21 @@ use super::identity::{is_gone, read_stat_into, Stat};
 
 /// Every live or zombie descendant of `ancestor`, parents before children.
 pub fn descendants(ancestor: i32) -> io::Result<Vec<Stat>> {
+    descendants_known(ancestor, |_| None)
+}
+
+/// [`descendants`], where `known` already knows some of them: a process
+/// it returns a `Stat` for is not read from `/proc` and counts as a
+/// descendant whatever its parent is now (the caller proved it one, and
+/// holds it: a pidfd that has not polled exited, so the pid is still its).
+/// Its descendants are found through their own parent links as usual.
+pub fn descendants_known(
+    ancestor: i32,
+    known: impl Fn(i32) -> Option<Stat>,
+) -> io::Result<Vec<Stat>> {
     let mut children: HashMap<i32, Vec<Stat>> = HashMap::new();
+    let mut out = Vec::new();
+    let mut frontier = vec![ancestor];
     let mut buf = Vec::with_capacity(512);
     for entry in std::fs::read_dir("/proc")? {
         let entry = entry?;
@@ -24,14 +38,17 @@ pub fn descendants(ancestor: i32) -> io::Result<Vec<Stat>> {
         else {
             continue;
         };
+        if let Some(st) = known(pid) {
+            frontier.push(st.pid);
+            out.push(st);
+            continue;
+        }
         match read_stat_into(pid, &mut buf) {
             Ok(st) => children.entry(st.ppid).or_default().push(st),
             Err(e) if is_gone(&e) => continue,
             Err(e) => return Err(e),
         }
     }
-    let mut out = Vec::new();
-    let mut frontier = vec![ancestor];
     while let Some(p) = frontier.pop() {
         if let Some(kids) = children.remove(&p) {
             for k in kids {

@@ -135,6 +135,7 @@ impl Action {
                     Some(Source::Root) => self.ext.on_root(&mut self.src, &mut fx),
                     Some(Source::Fifo) => self.intake.readable(),
                     Some(Source::Leader(_)) => children = true,
+                    Some(Source::Exited(pid)) => children |= self.phase.exited(pid),
                     Some(s @ (Source::Output(..) | Source::Pass(_) | Source::Caller(_))) => {
                         let (src, ledger) = (&mut self.src, &mut self.ledger);
                         self.jobs.on_source(s, src, ledger, &mut fx);
@@ -158,14 +159,13 @@ impl Action {
         }
     }
 
-    /// Reaping, deadlines and the stop step, once per wake-up. A stop step
-    /// rescans /proc only when the last one asked, or when no child is left
-    /// (rescans on every exit: O(N) scans of O(N) while N processes die).
+    /// Reaping (paced while stopping), deadlines and the stop step, once per wake-up; a stop
+    /// step rescans when the last one asked, an exit may end the ask, or no child is left.
     fn after_events(&mut self, children: bool, now: Instant) {
-        match &self.phase {
+        match &mut self.phase {
             Phase::Stopping { wake, stop, .. } => {
-                let asking = children && stop.asking(); // any exit may end the ask step
-                if now >= *wake || asking || (children && self.reap() == Peek::NoChildren) {
+                let (asking, reap) = (children && stop.asking(), stop.reap_now(children, now));
+                if now >= *wake || asking || (reap && self.reap() == Peek::NoChildren) {
                     self.step_stop(now);
                 }
             }
@@ -276,8 +276,8 @@ impl Action {
             _ => None,
         };
         let (jobs, ledger, src) = (&mut self.jobs, &mut self.ledger, &mut self.src);
-        let stopped_for = self.phase.stopped_for();
-        let last = ownership::reap_all(jobs, ledger, src, &mut fx, stopped_for, running);
+        let (stopped_for, held) = (self.phase.stopped_for(), self.phase.held_mut());
+        let last = ownership::reap_all(jobs, ledger, src, &mut fx, stopped_for, running, held);
         self.apply(fx);
         last
     }
@@ -347,12 +347,12 @@ impl Action {
         let Phase::Stopping { stop, wake, .. } = &mut self.phase else {
             return;
         };
-        let (me, ledger, group) = (self.me, &mut self.ledger, self.group.as_ref());
         let mut desk = StopDesk {
-            me,
-            ledger,
+            me: self.me,
+            ledger: &mut self.ledger,
             peek,
-            group,
+            group: self.group.as_ref(),
+            src: &mut self.src,
         };
         let step = stop.step(&mut desk, now);
         if let Step::Wait(t) = step {

@@ -24,5 +24,4 @@ pub mod spawn;
 pub mod start;
 pub mod state_dir;
 pub mod stop;
-pub mod stop_group;
 pub mod trigger;

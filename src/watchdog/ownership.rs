@@ -16,14 +16,17 @@ use std::collections::HashSet;
 use super::effect::{Closer, Effects};
 use super::jobs::Jobs;
 use super::ledger::Ledger;
-use super::sources::Sources;
-use super::stop::{StopHost, Trigger};
+use super::sources::{Source, Sources};
+use super::stop::{Held, StopHost, Trigger};
 use crate::audit::record::{Event, Reaped, ReapedProc};
 use crate::contain::group::ActionGroup;
 use crate::process::identity::{read_stat, read_uids, real_uid, Stat, Uids, UNKNOWN_UID};
+use crate::process::pidfd::VerifiedPidFd;
 use crate::process::reap::{self, Peek};
 use crate::process::scan::descendants;
 use crate::vocab::{Ident, Proc, Status, StopReason, Uncertainty};
+use mio::Interest;
+use std::os::fd::{AsFd, AsRawFd};
 
 /// What one round of reaping did.
 pub struct Reaping {
@@ -36,9 +39,41 @@ pub struct Reaping {
 
 /// Reaps every waitable child now. Orphans are recorded (one `reaped`
 /// record per round); job exits are returned for the jobs room.
-pub fn reap(jobs: &mut Jobs, ledger: &mut Ledger) -> Reaping {
+///
+/// `held`: the stopper's pidfds, by pid (while stopping). An orphan the
+/// peek found that is among them is reaped through its own pidfd, and its
+/// record made from what its bind read (no `/proc` read); it leaves
+/// `held`. A running job's leader never is (the jobs room reaps it, with
+/// its status).
+pub fn reap(jobs: &mut Jobs, ledger: &mut Ledger, held: Option<&mut Held>) -> Reaping {
     let mut orphans = Vec::new();
     let mut exited = Vec::new();
+    let mut held = held;
+    if let Some(held) = held.as_mut() {
+        // Those seen to exit first, each through its own pidfd
+        // (`waitid(P_PIDFD)` looks at that one process): the peek below
+        // walks every live child before it finds a zombie, once per zombie.
+        for pid in std::mem::take(&mut held.exited) {
+            if jobs.by_leader_mut(pid).is_some() {
+                continue; // the jobs room's, with its status
+            }
+            let Some(fd) = held.fds.get(&pid) else {
+                continue;
+            };
+            // Not this process's child (a grandchild, reaped by its
+            // parent or back here later): the peek's.
+            if let Ok(Some(status)) = fd.try_reap() {
+                let p = fd.proc();
+                orphans.push(ReapedProc {
+                    pid,
+                    start_time: Some(p.start_time),
+                    comm: Some(p.comm.clone()),
+                    status,
+                });
+                held.fds.remove(&pid);
+            }
+        }
+    }
     let last = loop {
         match reap::peek() {
             Ok(Peek::Waitable(zombie)) => {
@@ -49,6 +84,19 @@ pub fn reap(jobs: &mut Jobs, ledger: &mut Ledger) -> Reaping {
                             job.status = Some(status);
                             exited.push((job.num, status));
                         }
+                        _ => break Peek::NothingWaitable,
+                    }
+                } else if let Some(fd) = held.as_mut().and_then(|h| h.fds.remove(&pid)) {
+                    // Held by the stopper: reaped through its own pidfd,
+                    // its record from what the bind read.
+                    let p = fd.proc();
+                    match fd.try_reap() {
+                        Ok(Some(status)) => orphans.push(ReapedProc {
+                            pid,
+                            start_time: Some(p.start_time),
+                            comm: Some(p.comm.clone()),
+                            status,
+                        }),
                         _ => break Peek::NothingWaitable,
                     }
                 } else {
@@ -86,8 +134,9 @@ pub fn reap_and_finish(
     src: &mut Sources,
     fx: &mut Effects,
     mut stopped_for: Option<StopReason>,
+    held: Option<&mut Held>,
 ) -> (Reaping, Option<StopReason>) {
-    let r = reap(jobs, ledger);
+    let r = reap(jobs, ledger, held);
     for &(num, status) in &r.exited {
         jobs.finish(num, status, stopped_for, src, ledger, fx);
         let failed = ledger.failure_pending().then_some(StopReason::AuditFailure);
@@ -113,8 +162,9 @@ pub fn reap_all(
     fx: &mut Effects,
     stopped_for: Option<StopReason>,
     running: Option<Running>,
+    held: Option<&mut Held>,
 ) -> Peek {
-    let (r, stopped_for) = reap_and_finish(jobs, ledger, src, fx, stopped_for);
+    let (r, stopped_for) = reap_and_finish(jobs, ledger, src, fx, stopped_for, held);
     let still_running = running.filter(|_| stopped_for.is_none() && !r.exited.is_empty());
     if let Some(run) = still_running {
         match after_job_exit(&r.last, run.me, jobs, ledger) {
@@ -233,6 +283,7 @@ pub struct StopDesk<'a> {
     pub ledger: &'a mut Ledger,
     pub peek: Peek,
     pub group: Option<&'a ActionGroup>,
+    pub src: &'a mut Sources,
 }
 
 impl StopHost for StopDesk<'_> {
@@ -258,6 +309,14 @@ impl StopHost for StopDesk<'_> {
 
     fn group(&self) -> Option<&ActionGroup> {
         self.group
+    }
+
+    fn watch(&mut self, fd: &VerifiedPidFd) {
+        let _ = self.src.add(
+            fd.as_fd().as_raw_fd(),
+            Source::Exited(fd.pid()),
+            Interest::READABLE,
+        );
     }
 }
 

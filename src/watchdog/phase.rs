@@ -224,13 +224,33 @@ impl Phase {
         }
     }
 
+    /// The stopper's held pidfds, while stopping or stopped (for the loop
+    /// to reap through).
+    pub fn held_mut(&mut self) -> Option<&mut super::stop::Held> {
+        match self {
+            Phase::Stopping { stop, .. } | Phase::Stopped { stop, .. } => Some(stop.held_mut()),
+            Phase::Running { .. } | Phase::Finished(_) => None,
+        }
+    }
+
+    /// A held pidfd polled readable: its process exited (true: a child
+    /// may be waitable).
+    pub fn exited(&mut self, pid: i32) -> bool {
+        if let Some(held) = self.held_mut() {
+            held.exited.push(pid);
+        }
+        true
+    }
+
     /// When the loop must wake up at the latest: the next job deadline
     /// while running, the next stop step while stopping, and `also` (a
     /// burst of refusals to record) in any phase.
     pub fn wake(&self, deadline: Option<Instant>, also: Option<Instant>) -> Option<Instant> {
         let own = match self {
             Phase::Running { .. } => deadline,
-            Phase::Stopping { wake, .. } => Some(*wake),
+            Phase::Stopping { wake, stop, .. } => {
+                stop.reap_due().map_or(Some(*wake), |r| Some(r.min(*wake)))
+            }
             Phase::Stopped { .. } | Phase::Finished(_) => None,
         };
         own.into_iter().chain(also).min()

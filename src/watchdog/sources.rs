@@ -33,6 +33,10 @@ pub enum Source {
     Caller(u64),
     /// A reply FIFO with queued bytes can take more (channel number).
     Reply(u64),
+    /// A pidfd the stop procedure holds (pid): readable once its process
+    /// exited. Never removed: the fd leaves the poll set when the stopper
+    /// closes it, and its token is never reused.
+    Exited(i32),
 }
 
 pub struct Sources {

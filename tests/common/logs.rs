@@ -549,6 +549,7 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
                     signals: vec![Sig::Term, Sig::Cont],
                     targets,
                     others,
+                    cont: Vec::new(),
                 }));
             }
             for j in jobs.iter_mut().filter(|j| j.running) {
@@ -581,6 +582,7 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
                     signals: vec![Sig::Kill],
                     targets: vec![p.clone()],
                     others: Vec::new(),
+                    cont: Vec::new(),
                 }));
                 if opts.proof {
                     log.rec(Event::Reaped(Reaped {

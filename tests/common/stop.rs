@@ -289,6 +289,35 @@ pub fn assert_positive_stop(w: &Watchdog, sibling: &Sibling, reason: &str) -> Va
     done
 }
 
+/// SIGCONT went only where it was needed (issue 12): every pid in a TERM
+/// sweep's `cont` is one of that part's targets and was `stopped` (the
+/// tree's member that SIGSTOPs itself), and that member got it.
+pub fn assert_cont_only_to_the_stopped(recs: &[Value], members: &[Member]) {
+    let stopped = members.iter().find(|m| m.role == "stopped").unwrap();
+    let mut got = false;
+    for s in of_kind(recs, "signal_sweep") {
+        let d = &s["data"];
+        let cont: Vec<i64> = d["cont"]
+            .as_array()
+            .map_or(Vec::new(), |c| c.iter().filter_map(Value::as_i64).collect());
+        if d["stage"] == "term" {
+            assert!(
+                !d["signals"].as_array().unwrap().contains(&"SIGCONT".into()),
+                "{d}"
+            );
+        }
+        for pid in cont {
+            assert_eq!(d["stage"], "term", "{d}");
+            assert_eq!(
+                pid, stopped.pid as i64,
+                "SIGCONT to a member never stopped: {d}"
+            );
+            got = true;
+        }
+    }
+    assert!(got, "the stopped member {} got no SIGCONT", stopped.pid);
+}
+
 /// The run was contained as this test pass asked (tools/test runs the stop
 /// suites twice): under `REA_CONTAIN=none` the watchdog was asked for
 /// `none` (unless the test pinned a mode) and ran so; `auto` gives

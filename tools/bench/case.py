@@ -279,7 +279,7 @@ def supervisor_argv(spec, job, deadline_s):
         if deadline_s:
             a += ["--deadline", str(deadline_s), "--report", os.path.join(spec["scratch"], "cgsup.json")]
         return [*a, "--", *job]
-    if sup in ("rea", "rea-shm"):
+    if sup in ("rea", "rea-shm", "rea-none"):
         a = [
             *spec.get("wrap", []),
             b["rea-watchdog"],
@@ -290,6 +290,8 @@ def supervisor_argv(spec, job, deadline_s):
             f"{spec.get('rea_grace_ms', int(GRACE_S * 1000))}ms",
             "--kill-bound",
             f"{spec.get('rea_kill_ms', int(KILL_BOUND_S * 1000))}ms",
+            "--contain",
+            spec.get("contain") or ("none" if sup == "rea-none" else "cgroup"),
         ]
         if deadline_s:
             a += ["--deadline", f"{int(deadline_s * 1000)}ms"]
@@ -529,7 +531,7 @@ def case_storm(spec):
     res["sibling_alive"] = not sibling.exited()
     res["sup_rc"] = supproc.wait(5)
     res["case_phases_s"] = {"ready": res.get("build_s"), "end": (mono_ns() - t_spawn) / 1e9}
-    if spec["sup"] == "rea":
+    if spec["sup"].startswith("rea"):
         res["rea"] = rea_log_summary(spec["audit_log"], t0)
     return res
 

@@ -27,11 +27,12 @@ import bench  # noqa: E402
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("tool", choices=["strace-c", "strace-T", "perf", "callgrind"])
+    ap.add_argument("tool", choices=["strace-c", "strace-T", "perf", "perf-stat", "callgrind"])
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--trigger", default="cancel", choices=["cancel", "ctlkill", "exit"])
     ap.add_argument("--log", default="disk", choices=["disk", "tmpfs"])
     ap.add_argument("--ignorer", action="store_true")
+    ap.add_argument("--contain", default="cgroup", choices=["cgroup", "none"])
     args = ap.parse_args()
     if os.environ.get("REA_BENCH_INNER") != "1":
         bench.enter_namespace([os.path.abspath(__file__), *sys.argv[1:]])
@@ -39,13 +40,18 @@ def main():
     ns = argparse.Namespace(keep=True, quick=True, full=False, reps_scale=1)
     info = bench.probe_environment(ns)
     run = bench.Runner(ns, info)
-    spec = {"kind": "tree", "sup": "rea", "trigger": args.trigger, "n": args.n, "ignorer": args.ignorer, "audit_log": args.log}
+    spec = {"kind": "tree", "sup": "rea", "trigger": args.trigger, "n": args.n, "ignorer": args.ignorer, "audit_log": args.log,
+            "contain": args.contain}
     if args.tool == "strace-c":
         spec["attach"] = ["strace", "-c", "-w", "-S", "time", "-o", "{scratch}/strace.txt", "-p", "{pid}"]
     elif args.tool == "strace-T":
         spec["attach"] = ["strace", "-tt", "-T", "-o", "{scratch}/strace.txt", "-p", "{pid}"]
     elif args.tool == "perf":
         spec["attach"] = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "20000", "-g", "-o", "{scratch}/perf.data", "-p", "{pid}"]
+    elif args.tool == "perf-stat":
+        # Syscall counts at full speed (tracepoints, no ptrace).
+        ev = ",".join(f"syscalls:sys_enter_{c}" for c in ("waitid", "openat", "read", "pidfd_open", "ioctl", "pidfd_send_signal", "epoll_wait", "epoll_ctl", "write", "fdatasync"))
+        spec["attach"] = ["perf", "stat", "-e", ev, "-o", "{scratch}/perf-stat.txt", "-p", "{pid}"]
     elif args.tool == "callgrind":
         spec["wrap"] = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + "{scratch}/callgrind.out", "--dump-instr=no"]
     if args.tool == "callgrind":
@@ -60,6 +66,8 @@ def main():
     print("scratch:", d)
     if args.tool.startswith("strace"):
         print(open(os.path.join(d, "strace.txt")).read()[-6000:])
+    elif args.tool == "perf-stat":
+        print(open(os.path.join(d, "perf-stat.txt")).read())
     elif args.tool == "perf":
         out = subprocess.run(
             ["perf", "report", "-i", os.path.join(d, "perf.data"), "--stdio", "--no-children", "--sort", "sym", "-g", "none", "--percent-limit", "1"],

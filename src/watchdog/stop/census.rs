@@ -1,0 +1,164 @@
+//! Who a stop step sees (SPEC 3.5 step 1; SPEC 8 in cgroup mode).
+//!
+//! * none mode: the `/proc` closure from the watchdog's pid (a `stat`
+//!   read of every process visible).
+//! * cgroup mode, where the kernel has `PIDFD_GET_INFO`: the group's
+//!   `cgroup.procs`, and no `/proc` read at all for a member already
+//!   signalled and held (its held pidfd says it is alive, and a held
+//!   process keeps its pid). A member not held yet is a *placeholder*
+//!   (pid only, [`is_placeholder`]): its bind reads it once, through the
+//!   pidfd that proves its membership. Only when the group is empty but
+//!   `waitid` still sees a child is the closure scanned (a descendant that
+//!   left the group, which only a privileged job can do).
+//! * cgroup mode without `PIDFD_GET_INFO`: the closure, plus the members
+//!   it missed, all bound by the scan's read-back.
+
+use std::collections::HashSet;
+
+use super::group;
+use super::{StopHost, Stopper};
+use crate::process::identity::Stat;
+use crate::process::pidfd::info_supported;
+use crate::process::pidfd::VerifiedPidFd;
+use crate::process::scan::descendants_known;
+
+/// What one step sees.
+#[derive(Default)]
+pub(super) struct Census {
+    /// Members of the action's group, to bind by membership of the group
+    /// with this id.
+    members: Vec<Stat>,
+    group: Option<u64>,
+    /// Descendants from the `/proc` closure (and, without
+    /// `PIDFD_GET_INFO`, the group's members it missed), to bind by the
+    /// scan's read-back.
+    closure: Vec<Stat>,
+    /// Why the group or `/proc` could not be read: the end is not proven.
+    pub error: Option<String>,
+}
+
+impl Census {
+    /// Every process seen, with the group id to bind it by (`None`: by
+    /// the scan).
+    pub fn all(&self) -> impl Iterator<Item = (&Stat, Option<u64>)> {
+        let g = self.group;
+        let members = self.members.iter().map(move |s| (s, g));
+        members.chain(self.closure.iter().map(|s| (s, None)))
+    }
+
+    /// How many group members not signalled yet were seen (cgroup mode).
+    pub fn new_members(&self) -> usize {
+        self.members.iter().filter(|s| is_placeholder(s)).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty() && self.closure.is_empty()
+    }
+}
+
+/// The state byte of a placeholder: not a state `/proc` ever shows.
+const PLACEHOLDER: u8 = b'?';
+
+/// A group member known by pid only (start time 0, no parent yet).
+pub(super) fn is_placeholder(st: &Stat) -> bool {
+    st.state == PLACEHOLDER
+}
+
+fn placeholder(pid: i32) -> Stat {
+    Stat {
+        pid,
+        comm: String::new(),
+        state: PLACEHOLDER,
+        ppid: 0,
+        sid: 0,
+        start_time: 0,
+    }
+}
+
+impl Stopper {
+    /// What this step sees; `echild`: `waitid` said there is no child.
+    pub(super) fn census(&self, host: &impl StopHost, echild: bool) -> Census {
+        let me = host.me().pid;
+        let Some(g) = host.group() else {
+            return self.closure(me);
+        };
+        if !info_supported() {
+            let mut c = self.closure(me);
+            if let Err(e) = group::add_members(g, &mut c.closure) {
+                c.error.get_or_insert(e.to_string());
+            }
+            return c;
+        }
+        let pids = match g.members() {
+            Ok(p) => p,
+            Err(e) => {
+                // The group cannot be read: the closure at least, and the
+                // end is not proven by it.
+                let mut c = self.closure(me);
+                c.error
+                    .get_or_insert(format!("{}: {e}", g.path().display()));
+                return c;
+            }
+        };
+        let mut c = Census {
+            group: Some(g.ino()),
+            ..Census::default()
+        };
+        for pid in pids.into_iter().filter(|&p| p > 0) {
+            let known = self.held.fds.get(&pid).and_then(|fd| held_stat(pid, fd));
+            let st = known.unwrap_or_else(|| placeholder(pid));
+            c.members.push(st);
+        }
+        if c.members.is_empty() && !echild {
+            // A child is left (a zombie not reaped yet, or a descendant
+            // that left the group): the closure says which.
+            let scan = self.closure(me);
+            let seen: HashSet<i32> = c.members.iter().map(|s| s.pid).collect();
+            c.closure = scan
+                .closure
+                .into_iter()
+                .filter(|s| !seen.contains(&s.pid))
+                .collect();
+            c.error = scan.error;
+        }
+        c
+    }
+}
+
+impl Stopper {
+    /// The `/proc` closure of the watchdog. A process held (signalled
+    /// already, its pidfd not exited) is not read again: it is in the
+    /// closure whatever its parent is now, and what its bind read stands
+    /// in for its `stat` (see [`held_stat`]).
+    fn closure(&self, me: i32) -> Census {
+        let known = |pid: i32| self.held.fds.get(&pid).and_then(|fd| held_stat(pid, fd));
+        match descendants_known(me, known) {
+            Ok(closure) => Census {
+                closure,
+                ..Census::default()
+            },
+            Err(e) => Census {
+                error: Some(e.to_string()),
+                ..Census::default()
+            },
+        }
+    }
+}
+
+/// A held process's census entry, from what its bind read, while its
+/// pidfd says it is alive (a held process keeps its pid until reaped).
+/// Its state is given as `S`: alive, and not signalled again this stage.
+fn held_stat(pid: i32, fd: &VerifiedPidFd) -> Option<Stat> {
+    if fd.has_exited() {
+        return None;
+    }
+    let p = fd.proc();
+    Some(Stat {
+        pid,
+        comm: p.comm.clone(),
+        state: b'S',
+        ppid: p.ppid,
+        sid: 0,
+        start_time: p.start_time,
+    })
+}

@@ -1,0 +1,403 @@
+//! The stop procedure (SPEC 3.5), all of it, in one place: what a trigger
+//! is and records, and the stepped procedure it starts.
+//!
+//! ```text
+//! trigger ─► ASK (≤ half the grace) ─► TERM (rest of grace) ─► KILL (bound) ─► done
+//!            each running job's        scan, bind, verify,     scan, bind, verify,
+//!            leader: its stop signal   SIGTERM+SIGCONT to      SIGKILL to every
+//!            + SIGCONT; nothing else   every newcomer          newcomer; reap
+//! ```
+//!
+//! The ask step (SPEC 3.5 step 3) lets a runtime shut its own tree down:
+//! only the leaders are signalled, once; it ends when every leader has
+//! exited or half the TERM grace has passed (an `ask_ended` record says
+//! which), and then TERM goes to everything still alive. With no job
+//! running (abandoned, a close that found leftovers) it is empty and TERM
+//! goes to all at once; with no grace at all the stop starts at KILL.
+//!
+//! Every step first reaps (jobs through their own pidfds, adopted orphans
+//! by the pid a `WNOWAIT` peek returned), then checks for the end: `waitid`
+//! says ECHILD *and* a `/proc` scan finds no descendant. The TERM stage ends
+//! early when that holds; the KILL stage repeats sweeps until it holds or
+//! the kill bound runs out (the proof then fails). A sweep's record is made
+//! durable before any of its signals is sent; only verified pidfds are
+//! signalled; "already signalled" is keyed by (pid, start time).
+//!
+//! A [`Trigger`] (`trigger.rs`) is a value: rooms return one (as an effect) and the loop,
+//! which alone moves the phase, records it with [`Trigger::record`] and,
+//! for the first, starts a [`Stopper`]. Later triggers only add a record.
+//!
+//! The loop calls [`Stopper::step`] at the instant the previous step asked
+//! for, and early when reaping finds no child left (the end may have come);
+//! in between it only reaps. Rescans are timed because a process forked
+//! just before a sweep and orphaned afterwards produces no event for the
+//! watchdog.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use crate::audit::record::{
+    no_live_or_waitable, AskEnd, AskEnded, Event, Ident, Sig, Stage, StopCompleted, StopReason,
+    Uncertainty,
+};
+use crate::clock::millis;
+use crate::contain::group::ActionGroup;
+use crate::process::identity::Stat;
+use crate::process::pidfd::VerifiedPidFd;
+use crate::process::reap::Peek;
+
+mod ask;
+mod census;
+mod group;
+mod sweep;
+
+/// New members a TERM step must see before it freezes the group.
+const FREEZE_AT: usize = 256;
+/// Longest a frozen TERM step waits for `frozen 1`.
+const FREEZE_WAIT: Duration = Duration::from_millis(20);
+
+/// Whether the CPUs are contended now: more runnable tasks (the fourth
+/// field of `/proc/loadavg`) than twice the CPUs, plus two. A heuristic
+/// for when to freeze, never part of the proof.
+fn contended() -> bool {
+    let Ok(text) = std::fs::read_to_string("/proc/loadavg") else {
+        return false;
+    };
+    let runnable = text
+        .split_whitespace()
+        .nth(3)
+        .and_then(|f| f.split('/').next());
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    runnable
+        .and_then(|r| r.parse::<usize>().ok())
+        .is_some_and(|r| r > 2 * cpus + 2)
+}
+
+/// Rescan interval while waiting out the TERM grace.
+const TERM_RESCAN: Duration = Duration::from_millis(10);
+/// Rescan interval between KILL sweeps.
+const KILL_RESCAN: Duration = Duration::from_millis(4);
+/// After a rescan that found nothing new to signal, the interval doubles,
+/// up to this many times (TERM: 10 ms to 160 ms; KILL: 4 ms to 64 ms); a
+/// newcomer resets it. A dying tree is then not rescanned (a `stat` read
+/// of every visible process) dozens of times while it exits; the end is
+/// noticed without a timer, by the loop, when the last child is reaped.
+const MAX_BACKOFF: u32 = 4;
+/// While stopping, the loop reaps at most this often (a child's exit is
+/// noticed at once, reaped at the next pace): a tree of a thousand dying
+/// at once would otherwise be reaped one child per wake-up, a record and
+/// a walk of the children each, on a CPU the dying tree needs.
+const REAP_PACE: Duration = Duration::from_millis(4);
+
+/// A running job's leader, asked first when a stop begins (SPEC 3.5 step
+/// 3), with the signal its request chose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ask {
+    pub job: u64,
+    pub pid: i32,
+    pub start_time: u64,
+    pub signal: Sig,
+}
+
+impl Ask {
+    fn key(&self) -> Key {
+        (self.pid, self.start_time)
+    }
+}
+
+pub use super::trigger::Trigger;
+
+/// What the stop procedure needs from the event loop.
+pub trait StopHost {
+    /// The watchdog's own identity (root of the closure, uid to match).
+    fn me(&self) -> Ident;
+    /// Appends a record (durable at the next `sync`).
+    fn append(&mut self, ev: Event);
+    /// Makes appended records durable. Signals go out even if this fails:
+    /// stopping everything comes before the evidence.
+    fn sync(&mut self);
+    /// Reaps every waitable child (or has just done so) and returns what
+    /// `waitid` said after.
+    fn reap(&mut self) -> Peek;
+    /// Records a live descendant that could not be proven (once per process).
+    fn uncertain(&mut self, st: &Stat, reason: Uncertainty, detail: &str);
+    /// The action's cgroup in cgroup mode (SPEC 8).
+    fn group(&self) -> Option<&ActionGroup> {
+        None
+    }
+    /// Watches a held pidfd: the loop is told when its process exits
+    /// ([`Held::exited`]), so it reaps that one, with no walk of the
+    /// children. Best effort: unwatched, it is reaped by the peek.
+    fn watch(&mut self, _fd: &VerifiedPidFd) {}
+}
+
+/// The pidfds the stop procedure holds, by pid (a held process keeps its
+/// pid until it is reaped), and the pids the loop saw exit since its last
+/// reap (their pidfds polled readable).
+#[derive(Default)]
+pub struct Held {
+    pub fds: HashMap<i32, VerifiedPidFd>,
+    pub exited: Vec<i32>,
+}
+
+pub enum Step {
+    /// Call again at this instant (or sooner, on any event).
+    Wait(Instant),
+    Done(StopCompleted),
+}
+
+type Key = (i32, u64);
+
+pub struct Stopper {
+    pub reason: StopReason,
+    started: Instant,
+    /// The leaders to ask first; emptied once the ask is sent.
+    asks: Vec<Ask>,
+    /// The leaders asked, until each is seen to have exited.
+    asked: Vec<Ask>,
+    /// Half the TERM grace: when the ask step ends at the latest.
+    ask_until: Instant,
+    grace_until: Instant,
+    kill_until: Instant,
+    kill_bound: Duration,
+    stage: Stage,
+    sweeps: u32,
+    /// Consecutive rescans that found nothing new to signal.
+    quiet: u32,
+    termed: HashSet<Key>,
+    killed: HashSet<Key>,
+    uncertain: HashSet<Key>,
+    /// Processes whose bind failed for lack of descriptors: bound again in
+    /// every later sweep; uncertain only if still unbound, alive, when the
+    /// kill bound runs out.
+    retry: HashMap<Key, Stat>,
+    /// Processes signalled, held by their pidfd (by pid: a held process
+    /// keeps its pid until it is reaped) until seen to have exited, as
+    /// long as descriptors allow; beyond that the identity is kept (in
+    /// `termed`/`killed`) and the fd closed, and the proof rests on the
+    /// scan and ECHILD. The loop reaps through them ([`Stopper::held_mut`]).
+    held: Held,
+    /// The soft descriptor limit, read when the stop began.
+    soft: usize,
+    /// cgroup mode: `cgroup.kill` was written (once, at the KILL stage).
+    group_killed: bool,
+    /// The loop's paced reaping: the last reap, and whether a child's exit
+    /// is waiting for the next.
+    reaped_at: Instant,
+    reap_wanted: bool,
+}
+
+impl Stopper {
+    /// A stop beginning at `now`; `asks`: the running jobs' leaders.
+    pub fn new(
+        reason: StopReason,
+        now: Instant,
+        grace: Duration,
+        kill_bound: Duration,
+        asks: Vec<Ask>,
+    ) -> Stopper {
+        let grace_until = now + grace;
+        let stage = match () {
+            _ if grace.is_zero() => Stage::Kill,
+            _ if asks.is_empty() => Stage::Term,
+            _ => Stage::Ask,
+        };
+        Stopper {
+            reason,
+            started: now,
+            asks: if stage == Stage::Ask {
+                asks
+            } else {
+                Vec::new()
+            },
+            asked: Vec::new(),
+            ask_until: now + grace / 2,
+            grace_until,
+            kill_until: grace_until + kill_bound,
+            kill_bound,
+            stage,
+            sweeps: 0,
+            quiet: 0,
+            termed: HashSet::new(),
+            killed: HashSet::new(),
+            uncertain: HashSet::new(),
+            retry: HashMap::new(),
+            held: Held::default(),
+            soft: sweep::soft_limit(),
+            group_killed: false,
+            reaped_at: now,
+            reap_wanted: false,
+        }
+    }
+
+    /// One step of the procedure. Never blocks.
+    pub fn step(&mut self, host: &mut impl StopHost, now: Instant) -> Step {
+        self.step_unfrozen(host, now)
+    }
+
+    fn step_unfrozen(&mut self, host: &mut impl StopHost, now: Instant) -> Step {
+        // cgroup mode: `cgroup.kill` goes out the moment the grace is over,
+        // before this step's reaping and scanning (thousands of members
+        // dying of TERM make both slow).
+        let grace_over =
+            self.stage == Stage::Kill || (self.stage == Stage::Term && now >= self.grace_until);
+        if grace_over && !self.group_killed && host.group().is_some() {
+            self.kill_group(host);
+        }
+        let echild = host.reap() == Peek::NoChildren;
+        self.held.fds.retain(|_, fd| !fd.has_exited());
+        // The ask step needs no scan: its leaders are known by identity.
+        // ECHILD proves there is no descendant at all (every orphan comes
+        // back to the subreaper), so it goes on to the end check.
+        if self.stage == Stage::Ask && !echild {
+            let signalled = self.ask_step(host, now);
+            if self.stage == Stage::Ask {
+                return Step::Wait(self.next(now, signalled));
+            }
+        }
+        let census = self.census(host, echild);
+        let scan_empty = census.is_empty() && census.error.is_none();
+        if no_live_or_waitable(echild, scan_empty) {
+            return Step::Done(self.completed(now, echild, scan_empty, 0));
+        }
+        if self.stage == Stage::Ask {
+            // ECHILD, yet the group lists a process: no leader is left.
+            self.end_ask(host, now, AskEnd::LeadersExited);
+        }
+        if self.stage == Stage::Term && now >= self.grace_until {
+            self.stage = Stage::Kill;
+            // The kill bound is the KILL stage's own: a TERM sweep that
+            // overran the grace (a watchdog starved by a fork storm) must
+            // not use it up before a single SIGKILL went out.
+            self.kill_until = self.kill_until.max(now + self.kill_bound);
+        }
+        if self.stage == Stage::Kill && now >= self.kill_until {
+            // By pid: a group member's census entry may not carry its start
+            // time (see `Census`); a pid reused meanwhile makes the proof
+            // fail, never pass.
+            let live: HashSet<i32> = census.all().map(|(s, _)| s.pid).collect();
+            for ((pid, _), st) in std::mem::take(&mut self.retry) {
+                if live.contains(&pid) {
+                    let detail = "still no descriptor to bind it when the kill bound ran out";
+                    host.uncertain(&st, Uncertainty::PidfdFailed, detail);
+                }
+            }
+            let left = census.all().filter(|(s, _)| !s.is_zombie()).count() as u64;
+            return Step::Done(self.completed(now, echild, scan_empty, left));
+        }
+        if self.stage == Stage::Kill && !self.group_killed {
+            self.kill_group(host);
+        }
+        // cgroup mode: a TERM sweep with many members to bind runs with
+        // the group frozen (thawed right after) when the CPUs are
+        // contended: members that fork through the grace (a fork storm of
+        // thousands left one part of a sweep 4 s to bind 15) neither run
+        // nor fork while it binds; their TERM is delivered when they thaw.
+        // Not otherwise: freezing waits for every member to stop, and a
+        // frozen member cannot act on its TERM (rescans that froze a storm
+        // every 10 ms kept it from dying), nor a quiet tree start dying.
+        let freeze = self.stage == Stage::Term && census.new_members() >= FREEZE_AT && contended();
+        let frozen = freeze && host.group().is_some_and(|g| g.freeze(FREEZE_WAIT).is_ok());
+        let signalled = self.sweep(host, &census);
+        if frozen {
+            if let Some(g) = host.group() {
+                let _ = g.thaw();
+            }
+        }
+        Step::Wait(self.next(now, signalled))
+    }
+
+    /// When the next step is due: a rescan interval that doubles while
+    /// nothing new is found (up to [`MAX_BACKOFF`] times), never past the
+    /// end of the stage.
+    fn next(&mut self, now: Instant, signalled: bool) -> Instant {
+        let busy = signalled || !self.retry.is_empty(); // a bind to retry soon
+        self.quiet = if busy { 0 } else { self.quiet + 1 };
+        let backoff = 1 << self.quiet.min(MAX_BACKOFF);
+        match self.stage {
+            Stage::Ask => (now + TERM_RESCAN * backoff).min(self.ask_until),
+            Stage::Term => (now + TERM_RESCAN * backoff).min(self.grace_until),
+            Stage::Kill => (now + KILL_RESCAN * backoff).min(self.kill_until),
+        }
+    }
+
+    /// Records the end of the ask step; TERM goes out next.
+    fn end_ask(&mut self, host: &mut impl StopHost, now: Instant, reason: AskEnd) {
+        host.append(Event::AskEnded(AskEnded {
+            reason,
+            after_ms: millis(now - self.started),
+            leaders_left: self.asked.len() as u64,
+        }));
+        self.asks.clear();
+        self.asked.clear();
+        self.stage = Stage::Term;
+        self.quiet = 0;
+    }
+
+    /// cgroup mode, the KILL stage's first step: `cgroup.kill`, once,
+    /// recorded durably before it is written.
+    fn kill_group(&mut self, host: &mut impl StopHost) {
+        self.group_killed = true;
+        let Some(ev) = host.group().map(group::kill_record) else {
+            return;
+        };
+        host.append(ev);
+        host.sync();
+        if let Some(ev) = host.group().and_then(group::kill_now) {
+            host.append(ev);
+        }
+    }
+
+    /// Whether the loop should reap now: `children` says a child's exit
+    /// was just signalled. Reaping is paced ([`REAP_PACE`]); an exit
+    /// that must wait is remembered, and [`Stopper::reap_due`] says when.
+    pub fn reap_now(&mut self, children: bool, now: Instant) -> bool {
+        self.reap_wanted |= children;
+        if !self.reap_wanted || now < self.reaped_at + REAP_PACE {
+            return false;
+        }
+        self.reap_wanted = false;
+        self.reaped_at = now;
+        true
+    }
+
+    /// When a paced reap is due, if one is waiting.
+    pub fn reap_due(&self) -> Option<Instant> {
+        self.reap_wanted.then_some(self.reaped_at + REAP_PACE)
+    }
+
+    /// The ask step is under way: a leader's exit may end it.
+    pub fn asking(&self) -> bool {
+        self.stage == Stage::Ask
+    }
+
+    fn completed(
+        &mut self,
+        now: Instant,
+        echild: bool,
+        scan_empty: bool,
+        left: u64,
+    ) -> StopCompleted {
+        StopCompleted {
+            reason: self.reason,
+            sweeps: self.sweeps,
+            elapsed_ms: millis(now - self.started),
+            echild,
+            scan_empty,
+            left,
+        }
+    }
+
+    /// Every pidfd the stop procedure bound reports its process exited.
+    pub fn held_exited(&mut self) -> bool {
+        self.held.fds.retain(|_, fd| !fd.has_exited());
+        self.held.fds.is_empty()
+    }
+
+    /// The pidfds held, by pid, for the loop to reap through (an orphan
+    /// that exited is reaped by its own pidfd, with no `WNOWAIT` peek and
+    /// no `/proc` read for its record); what it reaped it removes.
+    pub fn held_mut(&mut self) -> &mut Held {
+        &mut self.held
+    }
+}

@@ -1,0 +1,268 @@
+//! A sweep (SPEC 3.5 steps 2 and 4): bind and verify every live member the
+//! census found and this stage has not signalled yet, make the sweep's
+//! record durable, then signal, in parts, within the descriptors there are.
+//!
+//! Members come bound two ways ([`Census`]): by membership of the action's
+//! group (cgroup mode with `PIDFD_GET_INFO`: the kernel says, through the
+//! new pidfd, that the pinned process is in the recorded group) or by the
+//! scan (start time, uid and parent read back after `pidfd_open`). A TERM
+//! target gets SIGTERM, and SIGCONT only if it was seen stopped when bound
+//! (the record's `cont` names them); a KILL target gets SIGKILL.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use nix::sys::signal::Signal;
+
+use super::census::Census;
+use super::{StopHost, Stopper};
+use crate::audit::record::{Event, Link, Sig, SignalFailed, SignalSweep, Stage};
+use crate::process::identity::{read_stat, Stat};
+use crate::process::pidfd::{bind, bind_member, BindError, MemberError, VerifiedPidFd};
+
+/// How many members a TERM sweep binds between looks at the clock.
+const CUT_EVERY: usize = 16;
+/// Targets in a sweep's first record part: small, so the first signals go
+/// out after binding a few processes, not all of them.
+const FIRST_PART: usize = 32;
+/// Targets in each later part (one durable record each; far below the
+/// audit line cap).
+const PART: usize = 512;
+/// Descriptors the stopper leaves free for everything else (the log, the
+/// FIFO, replies, a caller check), whatever the limit (SPEC 3.5
+/// "Descriptors"). The root's own stop and close need none: it is bound.
+const RESERVE: usize = 16;
+
+/// The soft descriptor limit (`RLIMIT_NOFILE`); 0 if it cannot be read.
+pub(super) fn soft_limit() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 0;
+    }
+    usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
+}
+
+/// Descriptors open in this process now (a `/proc/self/fd` listing);
+/// `None` when it cannot be listed (no descriptor left even for that).
+fn open_descriptors() -> Option<usize> {
+    std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count())
+}
+
+/// A sweep's record part being filled: the targets bound since the last
+/// part, and the members passed over (for the replay's parent links).
+pub(super) struct Part {
+    pub sweep: u32,
+    pub index: u32,
+    pub targets: Vec<VerifiedPidFd>,
+    pub others: Vec<Link>,
+}
+
+impl Part {
+    pub fn new(sweep: u32) -> Part {
+        Part {
+            sweep,
+            index: 0,
+            targets: Vec::new(),
+            others: Vec::new(),
+        }
+    }
+}
+
+impl Stopper {
+    /// Binds and verifies every live member of `census` not yet signalled
+    /// in this stage, records the sweep durably, then signals. Returns
+    /// whether there was anything to signal.
+    pub(super) fn sweep(&mut self, host: &mut impl StopHost, census: &Census) -> bool {
+        let signals: &[Sig] = match self.stage {
+            Stage::Kill => &[Sig::Kill],
+            Stage::Ask | Stage::Term => &[Sig::Term],
+        };
+        let me = host.me();
+        let members: HashSet<i32> = census.all().map(|(s, _)| s.pid).collect();
+        let parent_ok = |p: i32| p == me.pid || members.contains(&p);
+        let stage = self.stage;
+        let mut part = Part::new(self.sweeps + 1);
+        let mut spare = self.spare(0);
+        // A TERM sweep ends at the grace: a fork storm that starves the
+        // watchdog (one part of 512 binds took 6 s at load 1000) must not
+        // hold the KILL stage off (in cgroup mode, `cgroup.kill`: all at
+        // once). What it did not reach gets SIGKILL next.
+        let cut = (stage == Stage::Term).then_some(self.grace_until);
+        for (i, (st, group)) in census.all().enumerate() {
+            if i % CUT_EVERY == CUT_EVERY - 1 && cut.is_some_and(|c| Instant::now() >= c) {
+                break;
+            }
+            let key = (st.pid, st.start_time);
+            let done = match stage {
+                Stage::Ask | Stage::Term => {
+                    self.termed.contains(&key) || self.killed.contains(&key)
+                }
+                Stage::Kill => self.killed.contains(&key),
+            };
+            let link = Link {
+                pid: st.pid,
+                ppid: st.ppid,
+            };
+            if st.is_zombie() || done || self.uncertain.contains(&key) {
+                part.others.push(link);
+                continue;
+            }
+            if spare == 0 {
+                // Make room: signal what is bound, let go of held fds.
+                if !part.targets.is_empty() {
+                    self.signal_part(host, &mut part, signals);
+                }
+                self.held.fds.clear();
+                spare = self.spare(part.targets.len());
+            }
+            let bound = match group {
+                Some(ino) => match bind_member(st.pid, ino, me.uid) {
+                    Ok(fd) => Ok(fd),
+                    Err(MemberError::Bind(e)) => Err(e),
+                    // Not in the group (it left, or its pid names another
+                    // process now): never signalled by this path; a
+                    // descendant that left is found by the scan once the
+                    // group is empty.
+                    Err(MemberError::NotMember | MemberError::Unsupported) => Err(BindError::Gone),
+                },
+                None => bind(st, me.uid, parent_ok),
+            };
+            match bound {
+                Ok(fd) => {
+                    self.retry.remove(&key);
+                    spare = spare.saturating_sub(1);
+                    let again = (fd.pid(), fd.proc().start_time);
+                    if again != key
+                        && (self.termed.contains(&again) || self.killed.contains(&again))
+                    {
+                        // A placeholder's bind found one already signalled.
+                        part.others.push(link);
+                    } else {
+                        part.targets.push(fd);
+                    }
+                }
+                Err(BindError::Gone) => part.others.push(link),
+                Err(BindError::NoDescriptors(_)) => {
+                    part.others.push(link);
+                    if let Some(st) = known(st) {
+                        self.retry.insert((st.pid, st.start_time), st);
+                    }
+                    spare = 0;
+                }
+                Err(BindError::Uncertain { reason, detail }) => {
+                    part.others.push(link);
+                    if let Some(st) = known(st) {
+                        self.uncertain.insert((st.pid, st.start_time));
+                        host.uncertain(&st, reason, &detail);
+                    }
+                }
+            }
+            // Signal in parts as the scan goes: in a fork storm, binding
+            // thousands first would leave all of them running meanwhile.
+            let limit = if part.index == 0 { FIRST_PART } else { PART };
+            if part.targets.len() >= limit || (spare == 0 && !part.targets.is_empty()) {
+                self.signal_part(host, &mut part, signals);
+            }
+        }
+        if !part.targets.is_empty() {
+            self.signal_part(host, &mut part, signals);
+        }
+        if part.index == 0 {
+            host.sync(); // nothing to signal; what was appended is still made durable
+            false
+        } else {
+            self.sweeps = part.sweep;
+            true
+        }
+    }
+
+    /// Records one part of a sweep durably, then signals its targets with
+    /// `signals`, in order; in a TERM sweep, SIGCONT follows for each
+    /// target seen stopped when it was bound (and only for those: the
+    /// record's `cont`).
+    pub(super) fn signal_part(
+        &mut self,
+        host: &mut impl StopHost,
+        part: &mut Part,
+        signals: &[Sig],
+    ) {
+        let stage = self.stage;
+        let targets = std::mem::take(&mut part.targets);
+        let cont: Vec<i32> = match stage {
+            Stage::Term => targets
+                .iter()
+                .filter(|t| t.seen_stopped())
+                .map(|t| t.pid())
+                .collect(),
+            Stage::Ask | Stage::Kill => Vec::new(),
+        };
+        host.append(Event::SignalSweep(SignalSweep {
+            sweep: part.sweep,
+            part: part.index,
+            stage,
+            signals: signals.to_vec(),
+            targets: targets.iter().map(|t| t.proc().clone()).collect(),
+            others: std::mem::take(&mut part.others),
+            cont,
+        }));
+        host.sync();
+        part.index += 1;
+        for t in targets {
+            let key = (t.pid(), t.proc().start_time);
+            let then_cont = (stage == Stage::Term && t.seen_stopped()).then_some(Sig::Cont);
+            for &sig in signals.iter().chain(then_cont.as_ref()) {
+                let sent = Signal::try_from(sig.number()).map_err(std::io::Error::from);
+                if let Err(e) = sent.and_then(|s| t.signal(s)) {
+                    host.append(Event::SignalFailed(SignalFailed {
+                        sweep: part.sweep,
+                        target: t.ident(),
+                        signal: sig,
+                        errno: e.raw_os_error().unwrap_or(0),
+                    }));
+                }
+            }
+            match stage {
+                Stage::Ask => false, // asked leaders still get TERM later
+                Stage::Term => self.termed.insert(key),
+                Stage::Kill => self.killed.insert(key),
+            };
+            // Hold it while descriptors allow (the reserve stays free).
+            if self.held.fds.len() < self.soft / 2 {
+                host.watch(&t);
+                self.held.fds.insert(key.0, t);
+            }
+        }
+    }
+
+    /// Descriptors the stopper may still open, with `in_part` bound and
+    /// not yet signalled: the soft limit less what is open and the reserve.
+    /// While the stopper's own descriptors are under a quarter of the limit
+    /// nothing is counted (a `/proc/self/fd` listing per sweep would cost a
+    /// fork storm's stop dearly) and a quarter is what it may take; beyond
+    /// that every descriptor is counted. A bind that fails for lack of them
+    /// all the same is retried later.
+    fn spare(&self, in_part: usize) -> usize {
+        let mine = self.held.fds.len() + in_part;
+        let quarter = self.soft / 4;
+        if mine < quarter {
+            return quarter - mine;
+        }
+        match open_descriptors() {
+            Some(open) => self.soft.saturating_sub(open + RESERVE),
+            None => 0,
+        }
+    }
+}
+
+/// `st` itself, or for a census placeholder (a group member not read yet,
+/// see [`Census`]) what `/proc` says of it now; `None` if it is gone.
+fn known(st: &Stat) -> Option<Stat> {
+    if !super::census::is_placeholder(st) {
+        return Some(st.clone());
+    }
+    read_stat(st.pid).ok()
+}
