@@ -398,3 +398,84 @@ fn a_start_refused_after_the_group_was_made_leaves_no_group() {
         .collect();
     assert!(left.is_empty(), "groups left behind: {left:?} ({own})");
 }
+
+/// A descendant that leaves the action's group (a privileged job can write
+/// another group's `cgroup.procs`) is not in `cgroup.procs` any more, yet
+/// it is still the action's: the stop finds it through the `/proc` closure
+/// once the group is empty and ends it, the receipt is positive, and the
+/// group it moved to (the test's own) is never killed.
+#[test]
+fn a_descendant_that_left_the_group_is_still_stopped() {
+    if skip_outside_pid_ns("contain") {
+        return;
+    }
+    let Some(parent) = std::env::var_os("REA_TEST_CGROUP").map(PathBuf::from) else {
+        assert!(
+            !pid_ns_required(),
+            "tools/test made no cgroup (REA_TEST_CGROUP unset)"
+        );
+        eprintln!("SKIP: no test cgroup (run through tools/test as root)");
+        return;
+    };
+    // The group the member moves to: the test's, removed (rmdir, never a
+    // kill) when the test ends, once its one member is dead.
+    struct Escape(PathBuf);
+    impl Drop for Escape {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let escape = Escape(parent.join(format!("escape-{}", std::process::id())));
+    std::fs::create_dir(&escape.0).unwrap();
+    let sibling = Sibling::start();
+    let mut w = Watchdog::start_with(
+        Scratch::new(),
+        None,
+        &[
+            "--contain",
+            "cgroup",
+            "--term-grace",
+            "200ms",
+            "--pass-env",
+            "REA_TREE_ESCAPE_CGROUP",
+        ],
+        |cmd| {
+            cmd.env("REA_TREE_ESCAPE_CGROUP", &escape.0);
+        },
+    );
+    let _guard = GroupGuard::of(&w.records());
+    let mut t = Nasty::start(&w, &sibling, &["leavegroup"], "wait");
+    let left = t
+        .members
+        .iter()
+        .find(|m| m.role == "leavegroup")
+        .unwrap()
+        .pid;
+    let name = escape.0.file_name().unwrap().to_str().unwrap().to_string();
+    assert!(
+        cgroup_of(left).unwrap().ends_with(&name),
+        "it moved to {name}"
+    );
+
+    let stop = client_wait(&w, "stop");
+    assert!(stop.status.success(), "{stop:?}");
+    t.assert_gone(&sibling, &w.run_id());
+    let close = client_wait(&w, "close");
+    assert!(close.status.success(), "{close:?}");
+    assert!(w.wait(PATIENCE).success());
+    assert_positive_stop(&w, &sibling, "stop_requested");
+    // It was not among the group's members when cgroup.kill went out, and a
+    // KILL sweep (bound by the scan) ended it.
+    let recs = w.records();
+    let kill = of_kind(&recs, "group_kill");
+    assert_eq!(kill.len(), 1);
+    assert!(!kill[0]["data"]["members"]
+        .as_array()
+        .unwrap()
+        .contains(&left.into()));
+    assert!(
+        signalled_pids(&recs).contains(&(left as i64)),
+        "no sweep targeted the member that left"
+    );
+    assert!(escape.0.is_dir(), "the group it moved to is untouched");
+}

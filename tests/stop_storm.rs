@@ -90,10 +90,11 @@ fn a_fork_storm_of_2000_is_contained_within_the_kill_bound() {
         rc["counts"]["signals"],
     );
     // cgroup mode (SPEC 8): the TERM sweep ends at the grace and
-    // cgroup.kill ends the storm at once. BENCHMARKS.md holds the strict
-    // figure (<= 100 ms past the grace); here a bound a loaded 2-core box
+    // cgroup.kill goes out at once. BENCHMARKS.md holds the strict figure
+    // (issue 12 asks <= 100 ms past the grace; on 2 CPUs the storm's own
+    // exits take longer, see its notes); here a bound a loaded 2-core box
     // cannot miss, which the 6 s of a TERM sweep starved past the grace
-    // (before the cut) does.
+    // (before the cut) and the 4 s of an unfrozen one do.
     let past = done["elapsed_ms"]
         .as_u64()
         .unwrap()

@@ -220,16 +220,25 @@ fn read_back(fd: BorrowedFd<'_>, pid: i32) -> Result<Back, BindError> {
             ))
         }
     };
-    match uids.uniform() {
-        Some(uid) => Ok(Back { st, uid, cgroup }),
-        None => Err(uncertain(
+    Ok(Back {
+        st,
+        uid: uniform(uids)?,
+        cgroup,
+    })
+}
+
+/// The uid when all four agree; a process that changed only some is not
+/// the plain process of one user the watchdog started.
+fn uniform(uids: Uids) -> Result<u32, BindError> {
+    uids.uniform().ok_or_else(|| {
+        uncertain(
             Uncertainty::UidMismatch,
             format!(
                 "uids differ (real {}, effective {}, saved {}, fs {})",
                 uids.real, uids.effective, uids.saved, uids.fs
             ),
-        )),
-    }
+        )
+    })
 }
 
 /// The uids from `/proc/PID/status` (kernels without `PIDFD_GET_INFO`).
@@ -284,6 +293,43 @@ pub fn bind(
         state: st.state,
         proc: st.to_proc(uid),
     })
+}
+
+/// Binds a process a scan found as *this process's own child*, with no
+/// `/proc` read-back: an unreaped child keeps its pid (only its parent
+/// reaps it), so the pid the scan read still names it, and the new pidfd
+/// pins it. The uids are asked through the pidfd (`PIDFD_GET_INFO`).
+///
+/// Precondition, the caller's: this process reaped nothing between the
+/// scan and this call (the stop procedure reaps only between its steps).
+/// Where the kernel lacks `PIDFD_GET_INFO`, or says the pinned process is
+/// not this process's child, it is [`bind`] after all.
+pub fn bind_scanned_child(
+    scanned: &Stat,
+    expect_uid: u32,
+    parent_ok: impl Fn(i32) -> bool,
+) -> Result<VerifiedPidFd, BindError> {
+    let me = std::process::id() as i32;
+    if scanned.ppid != me {
+        return bind(scanned, expect_uid, parent_ok);
+    }
+    let fd = open_for_bind(scanned.pid)?;
+    let uids = match info::get(fd.as_fd()) {
+        Ok(Answer::Info(i)) if i.ppid == me => i.uids,
+        Ok(Answer::Gone) => return Err(BindError::Gone),
+        _ => return bind(scanned, expect_uid, parent_ok),
+    };
+    match uniform(uids)? {
+        uid if uid == expect_uid => Ok(VerifiedPidFd {
+            fd,
+            state: scanned.state,
+            proc: scanned.to_proc(uid),
+        }),
+        uid => Err(uncertain(
+            Uncertainty::UidMismatch,
+            format!("uid {uid}, the watchdog's is {expect_uid}"),
+        )),
+    }
 }
 
 /// Binds a process named by a claimed identity (the root controller, a

@@ -18,7 +18,9 @@ use super::census::Census;
 use super::{StopHost, Stopper};
 use crate::audit::record::{Event, Link, Sig, SignalFailed, SignalSweep, Stage};
 use crate::process::identity::{read_stat, Stat};
-use crate::process::pidfd::{bind, bind_member, BindError, MemberError, VerifiedPidFd};
+use crate::process::pidfd::{
+    bind_member, bind_scanned_child, BindError, MemberError, VerifiedPidFd,
+};
 
 /// How many members a TERM sweep binds between looks at the clock.
 const CUT_EVERY: usize = 16;
@@ -129,7 +131,9 @@ impl Stopper {
                     // group is empty.
                     Err(MemberError::NotMember | MemberError::Unsupported) => Err(BindError::Gone),
                 },
-                None => bind(st, me.uid, parent_ok),
+                // No reaping happens inside a step: a child the census saw
+                // is still that child.
+                None => bind_scanned_child(st, me.uid, parent_ok),
             };
             match bound {
                 Ok(fd) => {
