@@ -35,6 +35,18 @@ fn cgroup_of(pid: i32) -> Option<String> {
         .map(str::to_string)
 }
 
+/// `stop`, every member of `t` gone, `close`, the watchdog exits: a
+/// positive stop for `stop_requested`.
+fn stop_then_close(w: &mut Watchdog, t: &mut Nasty, sibling: &Sibling) {
+    let stop = client_wait(w, "stop");
+    assert!(stop.status.success(), "{stop:?}");
+    t.assert_gone(sibling, &w.run_id());
+    let close = client_wait(w, "close");
+    assert!(close.status.success(), "{close:?}");
+    assert!(w.wait(PATIENCE).success());
+    assert_positive_stop(w, sibling, "stop_requested");
+}
+
 #[test]
 fn cgroup_mode_contains_the_tree_and_kills_it_through_the_group() {
     if skip_outside_pid_ns("contain") {
@@ -74,13 +86,7 @@ fn cgroup_mode_contains_the_tree_and_kills_it_through_the_group() {
     assert!(inside >= 10, "only {inside} members read back in the group");
     assert!(!cgroup_of(sibling.pid()).unwrap().ends_with(&name));
 
-    let stop = client_wait(&w, "stop");
-    assert!(stop.status.success(), "{stop:?}");
-    t.assert_gone(&sibling, &w.run_id());
-    let close = client_wait(&w, "close");
-    assert!(close.status.success(), "{close:?}");
-    assert!(w.wait(PATIENCE).success());
-    assert_positive_stop(&w, &sibling, "stop_requested");
+    stop_then_close(&mut w, &mut t, &sibling);
 
     let recs = w.records();
     let ks = kinds(&recs);
@@ -328,13 +334,7 @@ fn none_stops_the_tree_as_before_with_no_group() {
     let own = cgroup_of(w.pid()).unwrap();
     let leader = t.member("root");
     assert_eq!(cgroup_of(leader.pid).unwrap(), own, "no group in none mode");
-    let stop = client_wait(&w, "stop");
-    assert!(stop.status.success(), "{stop:?}");
-    t.assert_gone(&sibling, &w.run_id());
-    let close = client_wait(&w, "close");
-    assert!(close.status.success(), "{close:?}");
-    assert!(w.wait(PATIENCE).success());
-    assert_positive_stop(&w, &sibling, "stop_requested");
+    stop_then_close(&mut w, &mut t, &sibling);
     let recs = w.records();
     for k in ["group_kill", "group_kill_failed", "group_removed"] {
         assert!(of_kind(&recs, k).is_empty(), "{k} in none mode");
@@ -457,13 +457,7 @@ fn a_descendant_that_left_the_group_is_still_stopped() {
         "it moved to {name}"
     );
 
-    let stop = client_wait(&w, "stop");
-    assert!(stop.status.success(), "{stop:?}");
-    t.assert_gone(&sibling, &w.run_id());
-    let close = client_wait(&w, "close");
-    assert!(close.status.success(), "{close:?}");
-    assert!(w.wait(PATIENCE).success());
-    assert_positive_stop(&w, &sibling, "stop_requested");
+    stop_then_close(&mut w, &mut t, &sibling);
     // It was not among the group's members when cgroup.kill went out, and a
     // KILL sweep (bound by the scan) ended it.
     let recs = w.records();
