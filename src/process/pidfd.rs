@@ -241,6 +241,17 @@ fn uniform(uids: Uids) -> Result<u32, BindError> {
     })
 }
 
+/// The process's uid is the watchdog's: else an uncertain mapping.
+fn owned_by(uid: u32, expect_uid: u32) -> Result<(), BindError> {
+    if uid == expect_uid {
+        return Ok(());
+    }
+    Err(uncertain(
+        Uncertainty::UidMismatch,
+        format!("uid {uid}, the watchdog's is {expect_uid}"),
+    ))
+}
+
 /// The uids from `/proc/PID/status` (kernels without `PIDFD_GET_INFO`).
 fn status_uids(pid: i32) -> Result<Uids, BindError> {
     match read_uids(pid) {
@@ -276,12 +287,7 @@ pub fn bind(
             ),
         ));
     }
-    if uid != expect_uid {
-        return Err(uncertain(
-            Uncertainty::UidMismatch,
-            format!("uid {uid}, the watchdog's is {expect_uid}"),
-        ));
-    }
+    owned_by(uid, expect_uid)?;
     if st.ppid != scanned.ppid && !parent_ok(st.ppid) {
         return Err(uncertain(
             Uncertainty::ParentChanged,
@@ -319,17 +325,13 @@ pub fn bind_scanned_child(
         Ok(Answer::Gone) => return Err(BindError::Gone),
         _ => return bind(scanned, expect_uid, parent_ok),
     };
-    match uniform(uids)? {
-        uid if uid == expect_uid => Ok(VerifiedPidFd {
-            fd,
-            state: scanned.state,
-            proc: scanned.to_proc(uid),
-        }),
-        uid => Err(uncertain(
-            Uncertainty::UidMismatch,
-            format!("uid {uid}, the watchdog's is {expect_uid}"),
-        )),
-    }
+    let uid = uniform(uids)?;
+    owned_by(uid, expect_uid)?;
+    Ok(VerifiedPidFd {
+        fd,
+        state: scanned.state,
+        proc: scanned.to_proc(uid),
+    })
 }
 
 /// Binds a process named by a claimed identity (the root controller, a
@@ -378,12 +380,7 @@ pub fn bind_member(pid: i32, group: u64, expect_uid: u32) -> Result<VerifiedPidF
         Some(c) if c != group => return Err(MemberError::NotMember),
         Some(_) => {}
     }
-    if uid != expect_uid {
-        return Err(MemberError::Bind(uncertain(
-            Uncertainty::UidMismatch,
-            format!("uid {uid}, the watchdog's is {expect_uid}"),
-        )));
-    }
+    owned_by(uid, expect_uid).map_err(MemberError::Bind)?;
     Ok(VerifiedPidFd {
         fd,
         state: st.state,

@@ -45,10 +45,9 @@ pub struct Reaping {
 /// record made from what its bind read (no `/proc` read); it leaves
 /// `held`. A running job's leader never is (the jobs room reaps it, with
 /// its status).
-pub fn reap(jobs: &mut Jobs, ledger: &mut Ledger, held: Option<&mut Held>) -> Reaping {
+pub fn reap(jobs: &mut Jobs, ledger: &mut Ledger, mut held: Option<&mut Held>) -> Reaping {
     let mut orphans = Vec::new();
     let mut exited = Vec::new();
-    let mut held = held;
     if let Some(held) = held.as_mut() {
         // Those seen to exit first, each through its own pidfd
         // (`waitid(P_PIDFD)` looks at that one process): the peek below
@@ -63,13 +62,7 @@ pub fn reap(jobs: &mut Jobs, ledger: &mut Ledger, held: Option<&mut Held>) -> Re
             // Not this process's child (a grandchild, reaped by its
             // parent or back here later): the peek's.
             if let Ok(Some(status)) = fd.try_reap() {
-                let p = fd.proc();
-                orphans.push(ReapedProc {
-                    pid,
-                    start_time: Some(p.start_time),
-                    comm: Some(p.comm.clone()),
-                    status,
-                });
+                orphans.push(reaped_held(fd, status));
                 held.fds.remove(&pid);
             }
         }
@@ -89,14 +82,8 @@ pub fn reap(jobs: &mut Jobs, ledger: &mut Ledger, held: Option<&mut Held>) -> Re
                 } else if let Some(fd) = held.as_mut().and_then(|h| h.fds.remove(&pid)) {
                     // Held by the stopper: reaped through its own pidfd,
                     // its record from what the bind read.
-                    let p = fd.proc();
                     match fd.try_reap() {
-                        Ok(Some(status)) => orphans.push(ReapedProc {
-                            pid,
-                            start_time: Some(p.start_time),
-                            comm: Some(p.comm.clone()),
-                            status,
-                        }),
+                        Ok(Some(status)) => orphans.push(reaped_held(&fd, status)),
                         _ => break Peek::NothingWaitable,
                     }
                 } else {
@@ -120,6 +107,17 @@ pub fn reap(jobs: &mut Jobs, ledger: &mut Ledger, held: Option<&mut Held>) -> Re
         ledger.append(Event::Reaped(Reaped { processes: orphans }));
     }
     Reaping { exited, last }
+}
+
+/// The record of a held process just reaped: what its bind read.
+fn reaped_held(fd: &VerifiedPidFd, status: Status) -> ReapedProc {
+    let p = fd.proc();
+    ReapedProc {
+        pid: p.pid,
+        start_time: Some(p.start_time),
+        comm: Some(p.comm.clone()),
+        status,
+    }
 }
 
 /// Reaps, then finishes every job whose leader exited (its record and

@@ -13,8 +13,6 @@
 //! * cgroup mode without `PIDFD_GET_INFO`: the closure, plus the members
 //!   it missed, all bound by the scan's read-back.
 
-use std::collections::HashSet;
-
 use super::group;
 use super::{StopHost, Stopper};
 use crate::process::identity::Stat;
@@ -105,7 +103,7 @@ impl Stopper {
             ..Census::default()
         };
         for pid in pids.into_iter().filter(|&p| p > 0) {
-            let known = self.held.fds.get(&pid).and_then(|fd| held_stat(pid, fd));
+            let known = self.held.fds.get(&pid).map(|fd| held_stat(pid, fd));
             let st = known.unwrap_or_else(|| placeholder(pid));
             c.members.push(st);
         }
@@ -113,25 +111,18 @@ impl Stopper {
             // A child is left (a zombie not reaped yet, or a descendant
             // that left the group): the closure says which.
             let scan = self.closure(me);
-            let seen: HashSet<i32> = c.members.iter().map(|s| s.pid).collect();
-            c.closure = scan
-                .closure
-                .into_iter()
-                .filter(|s| !seen.contains(&s.pid))
-                .collect();
+            c.closure = scan.closure;
             c.error = scan.error;
         }
         c
     }
-}
 
-impl Stopper {
     /// The `/proc` closure of the watchdog. A process held (signalled
     /// already, its pidfd not exited) is not read again: it is in the
     /// closure whatever its parent is now, and what its bind read stands
     /// in for its `stat` (see [`held_stat`]).
     fn closure(&self, me: i32) -> Census {
-        let known = |pid: i32| self.held.fds.get(&pid).and_then(|fd| held_stat(pid, fd));
+        let known = |pid: i32| self.held.fds.get(&pid).map(|fd| held_stat(pid, fd));
         match descendants_known(me, known) {
             Ok(closure) => Census {
                 closure,
@@ -145,20 +136,19 @@ impl Stopper {
     }
 }
 
-/// A held process's census entry, from what its bind read, while its
-/// pidfd says it is alive (a held process keeps its pid until reaped).
-/// Its state is given as `S`: alive, and not signalled again this stage.
-fn held_stat(pid: i32, fd: &VerifiedPidFd) -> Option<Stat> {
-    if fd.has_exited() {
-        return None;
-    }
+/// A held process's census entry, from what its bind read. Held pidfds
+/// that polled exited were let go at the start of the step
+/// (`Stopper::step`), so a held process is alive, and keeps its pid until
+/// it is reaped. Its state is given as `S`: alive, and not signalled
+/// again this stage.
+fn held_stat(pid: i32, fd: &VerifiedPidFd) -> Stat {
     let p = fd.proc();
-    Some(Stat {
+    Stat {
         pid,
         comm: p.comm.clone(),
         state: b'S',
         ppid: p.ppid,
         sid: 0,
         start_time: p.start_time,
-    })
+    }
 }

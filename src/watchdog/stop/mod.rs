@@ -1,11 +1,14 @@
-//! The stop procedure (SPEC 3.5), all of it, in one place: what a trigger
-//! is and records, and the stepped procedure it starts.
+//! The stop procedure (SPEC 3.5, SPEC 8 in cgroup mode): the stepped
+//! procedure a first trigger starts. The ask is `ask.rs`, who a step sees
+//! `census.rs`, binding and signalling `sweep.rs`, the cgroup steps
+//! `group.rs`.
 //!
 //! ```text
 //! trigger ─► ASK (≤ half the grace) ─► TERM (rest of grace) ─► KILL (bound) ─► done
-//!            each running job's        scan, bind, verify,     scan, bind, verify,
-//!            leader: its stop signal   SIGTERM+SIGCONT to      SIGKILL to every
-//!            + SIGCONT; nothing else   every newcomer          newcomer; reap
+//!            each running job's        census, bind, verify,   cgroup.kill once (cgroup
+//!            leader: its stop signal   SIGTERM to every        mode); census, bind, verify,
+//!            + SIGCONT; nothing else   newcomer, SIGCONT to    SIGKILL to every newcomer
+//!                                      the stopped
 //! ```
 //!
 //! The ask step (SPEC 3.5 step 3) lets a runtime shut its own tree down:
@@ -15,13 +18,14 @@
 //! running (abandoned, a close that found leftovers) it is empty and TERM
 //! goes to all at once; with no grace at all the stop starts at KILL.
 //!
-//! Every step first reaps (jobs through their own pidfds, adopted orphans
-//! by the pid a `WNOWAIT` peek returned), then checks for the end: `waitid`
-//! says ECHILD *and* a `/proc` scan finds no descendant. The TERM stage ends
-//! early when that holds; the KILL stage repeats sweeps until it holds or
-//! the kill bound runs out (the proof then fails). A sweep's record is made
-//! durable before any of its signals is sent; only verified pidfds are
-//! signalled; "already signalled" is keyed by (pid, start time).
+//! The loop reaps before every step (jobs through their own pidfds, held
+//! orphans through theirs, others by the pid a `WNOWAIT` peek returned);
+//! a step then checks for the end: `waitid` says ECHILD *and* the census
+//! finds nothing. The TERM stage ends early when that holds; the KILL
+//! stage repeats sweeps until it holds or the kill bound runs out (the
+//! proof then fails). A sweep's record is made durable before any of its
+//! signals is sent; only verified pidfds are signalled; "already
+//! signalled" is keyed by (pid, start time).
 //!
 //! A [`Trigger`] (`trigger.rs`) is a value: rooms return one (as an effect) and the loop,
 //! which alone moves the phase, records it with [`Trigger::record`] and,
@@ -232,10 +236,6 @@ impl Stopper {
 
     /// One step of the procedure. Never blocks.
     pub fn step(&mut self, host: &mut impl StopHost, now: Instant) -> Step {
-        self.step_unfrozen(host, now)
-    }
-
-    fn step_unfrozen(&mut self, host: &mut impl StopHost, now: Instant) -> Step {
         // cgroup mode: `cgroup.kill` goes out the moment the grace is over,
         // before this step's reaping and scanning (thousands of members
         // dying of TERM make both slow).
