@@ -179,6 +179,8 @@ fn all_codes() -> Vec<Code> {
         StagingMismatch,
         StagingNotRecorded,
         StagingNotChecked,
+        StageHeld,
+        HoldersNotScanned,
         IoError,
         NotARegularFile,
     ];
@@ -192,7 +194,8 @@ fn all_codes() -> Vec<Code> {
             | LeaderNotSession | StopNotCompleted | StopInClosedLog | SweepWithoutTrigger
             | EmptyLog | TornLine | NoReceipt | NotQuiescent | UncertainMappings
             | TempRootNotRemoved | RootLost | Hangup | AuditFailure | StagingMismatch
-            | StagingNotRecorded | StagingNotChecked | IoError | NotARegularFile => {}
+            | StagingNotRecorded | StagingNotChecked | StageHeld | HoldersNotScanned | IoError
+            | NotARegularFile => {}
         }
     }
     all
@@ -623,6 +626,10 @@ fn every_kind_events() -> Vec<Event> {
             removed: true,
             detail: String::new(),
         }),
+        Event::HoldersScanned(HoldersScanned::Scanned(holder_scan())),
+        Event::HoldersScanned(HoldersScanned::Failed {
+            error: "/tmp/stage: Permission denied (os error 13)".into(),
+        }),
         Event::Receipt(Receipt {
             outcome: Outcome::Stopped,
             stop_reason: Some(StopReason::Deadline),
@@ -642,6 +649,100 @@ fn every_kind_events() -> Vec<Event> {
         }),
     ]);
     ev
+}
+
+/// A scan that found one of each kind of finding.
+fn holder_scan() -> rea::holders::HolderScan {
+    use rea::holders::*;
+    HolderScan {
+        roots: vec![ScanRoot {
+            path: "/tmp/stage".into(),
+            dev: 65024,
+            ino: 10059877,
+            entries: 12,
+            held: 3,
+        }],
+        processes: 214,
+        mount_namespaces: 2,
+        holders: vec![Holder {
+            pid: 4300,
+            start_time: 8_412_999,
+            uid: 1000,
+            comm: "hopper".into(),
+            exe: "/tmp/stage/bin/hopper (deleted)".into(),
+            holds: vec![
+                Hold {
+                    root: 0,
+                    how: How::Fd,
+                    fd: Some(3),
+                    access: Some(Access::ReadWrite),
+                    what: "/tmp/stage/db".into(),
+                    deleted: false,
+                },
+                Hold {
+                    root: 0,
+                    how: How::Exe,
+                    fd: None,
+                    access: None,
+                    what: "/tmp/stage/bin/hopper (deleted)".into(),
+                    deleted: true,
+                },
+            ],
+            holds_total: 2,
+        }],
+        holders_total: 1,
+        mounts: vec![MountHold {
+            root: 0,
+            how: MountHow::Source,
+            mount_point: "/mnt/x".into(),
+            fstype: "ext4".into(),
+            source: "/dev/vda".into(),
+            mnt_ns: 4026531841,
+            seen_by: 1,
+        }],
+        mounts_total: 1,
+        loops: vec![LoopHold {
+            root: 0,
+            device: "loop3".into(),
+            backing_file: "/tmp/stage/disk.img".into(),
+            deleted: false,
+        }],
+        loops_total: 1,
+        unreadable: vec![Unreadable {
+            pid: 1,
+            what: "cwd".into(),
+            error: "Permission denied (os error 13)".into(),
+        }],
+        unreadable_total: 1,
+        elapsed_us: 4100,
+    }
+}
+
+#[test]
+fn the_holder_scan_is_one_schema_in_three_files() {
+    let canonical = load_schema("holders");
+    let defs = canonical["$defs"].as_object().unwrap();
+    for name in ["record", "verdict"] {
+        let other = load_schema(name);
+        for (k, v) in defs {
+            assert_eq!(
+                &other["$defs"][k], v,
+                "{name}.schema.json's $defs.{k} differs from holders.schema.json's"
+            );
+        }
+    }
+    let v = common::schema::compile("holders");
+    common::schema::assert_valid(
+        &v,
+        &serde_json::to_value(holder_scan()).unwrap(),
+        "a holder scan",
+    );
+    let mut bad = serde_json::to_value(holder_scan()).unwrap();
+    bad["holders"][0]["holds"][0]["how"] = json!("name");
+    assert_rejected(&v, &bad, "a hold by name");
+    let mut bad = serde_json::to_value(holder_scan()).unwrap();
+    bad["holders"][0]["holds"][1]["deleted"] = json!(false);
+    assert_rejected(&v, &bad, "deleted written as false (the writer omits it)");
 }
 
 fn write_log(path: &Path, run: &str, events: &[Event]) -> BTreeSet<&'static str> {

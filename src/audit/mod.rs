@@ -18,6 +18,7 @@ pub mod replay;
 pub mod replay_group;
 pub mod rules;
 pub mod show;
+pub mod stage_held;
 pub mod stage_log;
 pub mod verdict;
 pub mod verify;

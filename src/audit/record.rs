@@ -7,6 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::holders::HolderScan;
+
 use crate::vocab::{Capture, Op, RefusalReason};
 
 pub use super::record_group::{
@@ -375,6 +377,20 @@ pub struct StagingInventoried {
     pub special_truncated: bool,
 }
 
+/// The holder scan at close (README "Nothing holds the stage"): the stage
+/// and the temp root, after quiescence was proven and before the temp root
+/// is removed (a held temp root is kept). Informative for the stage:
+/// `rea-audit verify --staging` scans it again, at the moment that matters.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum HoldersScanned {
+    Scanned(HolderScan),
+    /// A tree could not be walked: nothing is known.
+    Failed {
+        error: String,
+    },
+}
+
 /// A stage made by `rea-stage begin` was armed (SPEC 7.1): the watchdog
 /// created `marker` in it exclusively, before its first spawn, so
 /// `rea-stage discard` refuses it from then on.
@@ -520,6 +536,7 @@ events! {
     TempRootInventoried(TempRootInventoried) = "temp_root_inventoried",
     TempRootRemoved(TempRootRemoved) = "temp_root_removed",
     StagingInventoried(StagingInventoried) = "staging_inventoried",
+    HoldersScanned(HoldersScanned) = "holders_scanned",
     Receipt(Receipt) = "receipt",
     Containment(Containment) = "containment",
     GroupKill(GroupKill) = "group_kill",

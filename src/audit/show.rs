@@ -8,7 +8,7 @@ use std::io::{self, Write};
 
 use super::people;
 use super::reader::{parse_line, read_lines, Piece};
-use super::record::{AskEnd, Event, Proc, Status, TempEntry};
+use super::record::{AskEnd, Event, HoldersScanned, Proc, Status, TempEntry};
 use super::writer::MAX_LINE;
 
 /// Sockets, FIFOs, devices: named, since a runtime may still hold them.
@@ -169,6 +169,23 @@ pub fn summary(ev: &Event) -> String {
             s.inventory.digest,
             specials(&s.special, s.special_truncated)
         ),
+        Event::HoldersScanned(HoldersScanned::Scanned(h)) => {
+            let mut line = format!(
+                "{} processes, {} mount namespaces in {} ms: {}",
+                h.processes,
+                h.mount_namespaces,
+                h.elapsed_us / 1000,
+                if h.held() { "HELD" } else { "not held" }
+            );
+            for f in crate::holders::text::findings(h) {
+                line.push_str("; ");
+                line.push_str(&f);
+            }
+            line
+        }
+        Event::HoldersScanned(HoldersScanned::Failed { error }) => {
+            format!("could not scan: {error}")
+        }
         Event::Containment(c) => match &c.group {
             Some(g) => format!(
                 "{:?} (asked {:?}): group {} inode {}",

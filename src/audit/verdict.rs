@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use super::record::{Outcome, StagingInventoried, StopReason};
+use crate::holders::{text, HolderScan};
 
 /// The only two answers a controller acts on.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,6 +92,10 @@ pub enum Code {
     StagingMismatch,
     StagingNotRecorded,
     StagingNotChecked,
+    /// A process, mount or loop device holds the stage (the holder scan).
+    StageHeld,
+    /// The stage could not be scanned for holders.
+    HoldersNotScanned,
     // Could not look.
     IoError,
     NotARegularFile,
@@ -110,9 +115,8 @@ impl Code {
             }
             EmptyLog | TornLine | NoReceipt => Status::Incomplete,
             NotQuiescent | UncertainMappings | TempRootNotRemoved | RootLost | Hangup
-            | AuditFailure | StagingMismatch | StagingNotRecorded | StagingNotChecked => {
-                Status::Retain
-            }
+            | AuditFailure | StagingMismatch | StagingNotRecorded | StagingNotChecked
+            | StageHeld | HoldersNotScanned => Status::Retain,
             IoError | NotARegularFile => Status::Error,
         }
     }
@@ -161,6 +165,10 @@ pub struct Verdict {
     pub stop_reason: Option<StopReason>,
     /// The exact staging directory a `delete_allowed` applies to, if any.
     pub staging: Option<StagingInventoried>,
+    /// The holder scan of `--staging`, when it ran (its unreadable
+    /// processes are named here, not as reasons).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holders: Option<HolderScan>,
     pub reasons: Vec<Reason>,
 }
 
@@ -195,6 +203,7 @@ impl Verdict {
             outcome: None,
             stop_reason: None,
             staging: None,
+            holders: None,
             reasons: Vec::new(),
         }
     }
@@ -256,6 +265,9 @@ impl Verdict {
                 s.push_str("           ... (more sockets, FIFOs or devices)\n");
             }
         }
+        if let Some(h) = &self.holders {
+            s.push_str(&holders_lines(h));
+        }
         for r in &self.reasons {
             let line = r.line.map(|l| format!("line {l}: ")).unwrap_or_default();
             s.push_str(&format!(
@@ -267,6 +279,29 @@ impl Verdict {
         }
         s
     }
+}
+
+/// The holder scan's summary line, and each process it could not read.
+pub fn holders_lines(h: &HolderScan) -> String {
+    let held = h.holders_total + h.mounts_total + h.loops_total;
+    let mut s = format!(
+        "  holders  {} ({} processes, {} mount namespaces, {} ms)\n",
+        if held == 0 { "none" } else { "HELD" },
+        h.processes,
+        h.mount_namespaces,
+        h.elapsed_us / 1000
+    );
+    for u in &h.unreadable {
+        s.push_str(&format!(
+            "           not readable: {}\n",
+            text::unreadable(u)
+        ));
+    }
+    let more = h.unreadable_total.saturating_sub(h.unreadable.len() as u64);
+    if more > 0 {
+        s.push_str(&format!("           ... and {more} more not readable\n"));
+    }
+    s
 }
 
 fn class_name(s: Status) -> &'static str {

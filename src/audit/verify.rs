@@ -16,8 +16,10 @@ use super::reader::{open_log, parse_line, OpenError};
 use super::record::{Event, Outcome, Receipt, StopReason, RECORD_VERSION};
 use super::replay::Replay;
 use super::rules;
+use super::stage_held;
 use super::verdict::{Code, Reason, Status, Verdict};
 use super::writer::MAX_LINE;
+use crate::holders::HolderScan;
 use crate::inventory;
 
 const BOM: &[u8] = b"\xef\xbb\xbf";
@@ -390,7 +392,7 @@ impl Checker {
             v.outcome = Some(rc.outcome);
             v.stop_reason = rc.stop_reason;
             v.staging = rc.staging.clone();
-            judge(&self.replay, rc, opts, &mut self.rs);
+            v.holders = judge(&self.replay, rc, opts, &mut self.rs);
         }
         if self.rs.1 > 0 {
             let more = self.rs.1;
@@ -408,8 +410,14 @@ fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
     hay.iter().position(|&b| b == needle)
 }
 
-/// The verdict table (SPEC 5) for an intact, sealed log.
-fn judge(replay: &Replay, rc: &Receipt, opts: &VerifyOptions, rs: &mut Reasons) {
+/// The verdict table (SPEC 5) for an intact, sealed log; the holder scan
+/// of `--staging`, when the stage given is the one sealed, unchanged.
+fn judge(
+    replay: &Replay,
+    rc: &Receipt,
+    opts: &VerifyOptions,
+    rs: &mut Reasons,
+) -> Option<HolderScan> {
     let stopped_for = |reason| rc.outcome == Outcome::Stopped && rc.stop_reason == Some(reason);
     if stopped_for(StopReason::AuditFailure) || replay.audit_failure_seen {
         rs.push(
@@ -504,6 +512,17 @@ fn judge(replay: &Replay, rc: &Receipt, opts: &VerifyOptions, rs: &mut Reasons) 
                         None,
                         format!("{} changed since the receipt (inventory differs)", path.display()),
                     );
+                } else {
+                    let (found, scan) = stage_held::check(path);
+                    match found {
+                        Ok(found) => {
+                            for f in found {
+                                rs.push(Code::StageHeld, None, f);
+                            }
+                        }
+                        Err(e) => rs.push(Code::HoldersNotScanned, None, e),
+                    }
+                    return scan;
                 }
             }
             Err(e) => {
@@ -518,4 +537,5 @@ fn judge(replay: &Replay, rc: &Receipt, opts: &VerifyOptions, rs: &mut Reasons) 
         ),
         (None, _) => {}
     }
+    None
 }

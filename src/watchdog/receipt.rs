@@ -13,12 +13,14 @@ use super::effect::ReplyTo;
 use super::ledger::Ledger;
 use super::state_dir::StateDir;
 use super::stop::Stopper;
+use crate::audit::record::HoldersScanned;
 use crate::audit::record::{
     no_live_or_waitable, DirIdentity, Event, Inventory, Receipt, StagingInventoried, StopCompleted,
     TempRootInventoried, TempRootRemoved,
 };
 use crate::audit::record::{GroupIdentity, GroupRemoved};
 use crate::contain::group::ActionGroup;
+use crate::holders::scan::scan;
 use crate::inventory;
 
 /// How long close waits for `populated 0` after the last reap.
@@ -158,9 +160,38 @@ pub fn closed_reply(
     }
 }
 
+/// The holder scan at close, of the stage and the temp root, recorded.
+/// Returns why the temp root must be kept, if it must: something holds it
+/// (a process that is not a descendant: quiescence is proven first), or
+/// the scan could not say.
+fn scan_holders(staging: Option<&Path>, state: &StateDir, ledger: &mut Ledger) -> Option<String> {
+    let tmp = state.tmp_path();
+    let mut roots: Vec<&Path> = staging.into_iter().collect();
+    roots.push(&tmp);
+    let (record, keep) = match scan(&roots) {
+        Ok(h) => {
+            let held = h.roots.last().map_or(0, |r| r.held);
+            let keep = (held > 0).then(|| format!("kept: held by {held} holder(s) at close"));
+            (HoldersScanned::Scanned(h), keep)
+        }
+        Err(e) => {
+            let error = bounded(&e.to_string());
+            let keep = format!("kept: the holder scan failed: {error}");
+            (HoldersScanned::Failed { error }, Some(keep))
+        }
+    };
+    ledger.append(Event::HoldersScanned(record));
+    keep
+}
+
 /// Inventories the private temp root and removes it, only when no process
 /// can still be using it and it is still the directory created at start.
-fn clear_temp_root(state: &StateDir, quiescent: bool, ledger: &mut Ledger) -> bool {
+fn clear_temp_root(
+    state: &StateDir,
+    quiescent: bool,
+    held: Option<String>,
+    ledger: &mut Ledger,
+) -> bool {
     let opened = inventory::open_dir(&state.tmp_path()).and_then(|fd| {
         let st = nix::sys::stat::fstat(&fd)?;
         if (st.st_dev, st.st_ino) != (state.tmp.dev, state.tmp.ino) {
@@ -189,6 +220,8 @@ fn clear_temp_root(state: &StateDir, quiescent: bool, ledger: &mut Ledger) -> bo
     let (removed, detail) = if !quiescent {
         let why = "kept: quiescence was not proven, a process may still use it";
         (false, why.to_string())
+    } else if let Some(why) = held {
+        (false, why)
     } else {
         match state.remove_tmp() {
             Ok(()) => (true, String::new()),
@@ -232,12 +265,13 @@ pub struct Sealing<'a> {
     pub reason: Option<StopReason>,
 }
 
-/// Clears the temp root, inventories the stage, writes the receipt (the
-/// last record). Returns whether the receipt is positive, and the head
+/// Scans for holders, clears the temp root, inventories the stage, writes
+/// the receipt (the last record). Returns whether the receipt is positive, and the head
 /// (`None` when the receipt could not be made durable).
 pub fn seal(ev: &Evidence<'_>, at: &Sealing<'_>, ledger: &mut Ledger) -> (bool, Option<String>) {
     ledger.flush_burst(); // its refusals are in the receipt's counts
-    let removed = clear_temp_root(at.state, ev.quiescent(), ledger);
+    let held = scan_holders(at.staging, at.state, ledger);
+    let removed = clear_temp_root(at.state, ev.quiescent(), held, ledger);
     let staging = inventory_staging(at.staging, at.staging_start, ledger);
     let rc = receipt(at.reason, ev, removed, staging, at.root_alive, ledger);
     let positive = rc.is_positive();

@@ -1,0 +1,138 @@
+//! The tree being asked about, as the set of its `(dev, ino)`.
+//!
+//! Walked once by descriptor (`openat` with `O_NOFOLLOW`, `statx` without
+//! following): no symlink is followed and no other filesystem is entered.
+//! A mount point met in the tree is an entry (what is mounted there is
+//! reached through the stage) but is not walked into.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+
+use nix::dir::Dir;
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::Mode;
+
+use super::statx::{self, Stat};
+use super::ScanRoot;
+
+/// Deepest nesting walked; deeper trees are an error, not a hang.
+const MAX_DEPTH: usize = 256;
+/// Entries held in memory at most (about 50 bytes each).
+pub const MAX_ENTRIES: usize = 4_000_000;
+
+fn dir_flags() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+}
+
+/// Every entry of the trees scanned.
+#[derive(Default)]
+pub struct Tree {
+    /// `(dev, ino)` of every entry, the roots included -> the index of
+    /// the first root it was met under.
+    pub entries: HashMap<(u64, u64), u32>,
+    /// The directories among them (where an unlinked file's last directory
+    /// must be, for it to count).
+    pub dirs: HashSet<(u64, u64)>,
+    /// The devices of the filesystems walked.
+    pub devs: HashSet<u64>,
+    pub roots: Vec<ScanRoot>,
+    /// The root being walked.
+    root: u32,
+}
+
+impl Tree {
+    /// Walks each of `paths` (a directory, not a symlink) into one set.
+    pub fn of(paths: &[&Path]) -> io::Result<Tree> {
+        let mut t = Tree::default();
+        for path in paths {
+            let fd = nix::fcntl::open(*path, dir_flags(), Mode::empty()).map_err(|e| {
+                io::Error::new(
+                    io::Error::from(e).kind(),
+                    format!("{}: {}", path.display(), io::Error::from(e)),
+                )
+            })?;
+            let st = statx::at(fd.as_fd(), c"", false)?;
+            let before = t.entries.len();
+            t.root = t.roots.len() as u32;
+            t.add(&st);
+            t.devs.insert(st.dev);
+            t.walk(fd.as_fd(), st.dev, 0)?;
+            let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+            t.roots.push(ScanRoot {
+                path: super::bounded(abs.as_os_str().as_encoded_bytes()),
+                dev: st.dev,
+                ino: st.ino,
+                entries: (t.entries.len() - before) as u64,
+                held: 0,
+            });
+        }
+        Ok(t)
+    }
+
+    /// The root whose tree holds the entry `key`, if any.
+    pub fn root_of(&self, key: (u64, u64)) -> Option<u32> {
+        self.entries.get(&key).copied()
+    }
+
+    /// `link` is `/a/b/name (deleted)` as the kernel names an unlinked
+    /// file: the root whose tree has `/a/b` as a directory (by `(dev, ino)`
+    /// of what that path is now), if any.
+    pub fn unlinked_in(&self, link: &[u8]) -> Option<u32> {
+        let path = link.strip_suffix(b" (deleted)")?;
+        let cut = path.iter().rposition(|&b| b == b'/')?;
+        let parent = if cut == 0 { &b"/"[..] } else { &path[..cut] };
+        let st = statx::path(&CString::new(parent).ok()?, true).ok()?;
+        if !st.is_dir() || !self.dirs.contains(&st.key()) {
+            return None;
+        }
+        self.root_of(st.key())
+    }
+
+    fn add(&mut self, st: &Stat) {
+        self.entries.entry(st.key()).or_insert(self.root);
+        if st.is_dir() {
+            self.dirs.insert(st.key());
+        }
+    }
+
+    fn walk(&mut self, dirfd: BorrowedFd<'_>, dev: u64, depth: usize) -> io::Result<()> {
+        if depth > MAX_DEPTH {
+            return Err(io::Error::other(format!("deeper than {MAX_DEPTH} levels")));
+        }
+        let dup = openat(dirfd, ".", dir_flags(), Mode::empty())?;
+        let mut dir = Dir::from_fd(dup)?;
+        let mut subdirs: Vec<CString> = Vec::new();
+        for entry in dir.iter() {
+            let entry = entry?;
+            let name = entry.file_name();
+            if name.to_bytes() == b"." || name.to_bytes() == b".." {
+                continue;
+            }
+            let st = match statx::at(dirfd, name, false) {
+                Ok(st) => st,
+                // Removed while walked: not an entry any more.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                Err(e) => return Err(e),
+            };
+            if self.entries.len() >= MAX_ENTRIES {
+                return Err(io::Error::other(format!("more than {MAX_ENTRIES} entries")));
+            }
+            self.add(&st);
+            if st.is_dir() && st.dev == dev {
+                subdirs.push(name.to_owned());
+            }
+        }
+        drop(dir);
+        for name in subdirs {
+            match openat(dirfd, name.as_c_str(), dir_flags(), Mode::empty()) {
+                Ok(sub) => self.walk(sub.as_fd(), dev, depth + 1)?,
+                Err(nix::errno::Errno::ENOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
