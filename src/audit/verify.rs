@@ -496,34 +496,33 @@ fn judge(
             format!("--staging {} given, but this run recorded no staging directory", path.display()),
         ),
         (Some(path), Some(sealed)) => match inventory::staging(path) {
+            Ok(now) if !inventory::same_dir(&now.identity, &sealed.identity) => rs.push(
+                Code::StagingMismatch,
+                None,
+                format!(
+                    "{} is not the staging directory of this run (dev/ino/uid/mode differ)",
+                    path.display()
+                ),
+            ),
             Ok(now) => {
-                if !inventory::same_dir(&now.identity, &sealed.identity) {
-                    rs.push(
-                        Code::StagingMismatch,
-                        None,
-                        format!(
-                            "{} is not the staging directory of this run (dev/ino/uid/mode differ)",
-                            path.display()
-                        ),
-                    );
-                } else if now.inventory != sealed.inventory || now.special != sealed.special {
+                if now.inventory != sealed.inventory || now.special != sealed.special {
                     rs.push(
                         Code::StagingMismatch,
                         None,
                         format!("{} changed since the receipt (inventory differs)", path.display()),
                     );
-                } else {
-                    let (found, scan) = stage_held::check(path);
-                    match found {
-                        Ok(found) => {
-                            for f in found {
-                                rs.push(Code::StageHeld, None, f);
-                            }
-                        }
-                        Err(e) => rs.push(Code::HoldersNotScanned, None, e),
-                    }
-                    return scan;
                 }
+                // The stage of this run, changed or not: who holds it now.
+                let (found, scan) = stage_held::check(path);
+                match found {
+                    Ok(found) => {
+                        for f in found {
+                            rs.push(Code::StageHeld, None, f);
+                        }
+                    }
+                    Err(e) => rs.push(Code::HoldersNotScanned, None, e),
+                }
+                return scan;
             }
             Err(e) => {
                 rs.push(Code::StagingMismatch, None, format!("cannot inventory {}: {e}", path.display()))
