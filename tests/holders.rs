@@ -615,3 +615,64 @@ fn the_holders_command_names_holders_and_what_it_cannot_read() {
     let (code, text) = run(&["/nonexistent-rea-dir"], false);
     assert_eq!(code, 4, "{text}");
 }
+
+/// After a lost watchdog, the recovery's verdict scans the stage too: held,
+/// retain (stage_held); released, delete_allowed.
+#[test]
+fn a_recovered_stage_that_is_held_is_retained() {
+    if skip_outside_pid_ns("recover of a held stage") {
+        return;
+    }
+    let mut w = Watchdog::start(&["--contain", "cgroup"]);
+    let guard = GroupGuard::of(&w.records()).expect("a cgroup-mode run records its group");
+    w.signal(Signal::SIGKILL);
+    w.wait(PATIENCE);
+    let new = w.scratch.path("recovery.jsonl");
+    let r = common::recovery::recover(&w.audit_log, &new, None);
+    assert_eq!(r.code, 0, "{:#}\n{}", r.json, r.stderr);
+    assert!(!guard.path.exists());
+    let staging = s(&w.staging).to_string();
+    let p = Planted::holder("cwd", &w.staging);
+    let (code, v) = common::recovery::verify_recovery(&new, &["--staging", &staging]);
+    assert_eq!(code, 1, "{v:#}");
+    assert!(
+        common::recovery::codes(&v).contains(&"stage_held".into()),
+        "{v:#}"
+    );
+    assert_eq!(v["holders"]["holders"][0]["pid"], p.pid(), "{v:#}");
+    p.assert_alive();
+    p.release();
+    let (code, v) = common::recovery::verify_recovery(&new, &["--staging", &staging]);
+    assert_eq!(code, 0, "{v:#}");
+}
+
+/// `reconcile --staging` lists the holders too: review (exit 6) with
+/// stage_held, the holder in the report and its text; released: 0.
+#[test]
+fn reconcile_names_the_holders_of_the_stage() {
+    if skip_outside_pid_ns("reconcile of a held stage") {
+        return;
+    }
+    let w = sealed_run();
+    let staging = s(&w.staging).to_string();
+    let p = Planted::holder("fd-dir", &w.staging);
+    let (code, v, text) = common::recovery::reconcile(&w.audit_log, &["--staging", &staging]);
+    assert_eq!(code, 6, "{v:#}");
+    let codes: Vec<&str> = v["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        codes,
+        ["stage_held"],
+        "one reason, not one from verify as well: {v:#}"
+    );
+    assert_eq!(v["holders"]["holders"][0]["pid"], p.pid(), "{v:#}");
+    assert!(text.contains(&format!("pid {} ", p.pid())), "{text}");
+    p.assert_alive();
+    p.release();
+    let (code, v, _) = common::recovery::reconcile(&w.audit_log, &["--staging", &staging]);
+    assert_eq!(code, 0, "{v:#}");
+}

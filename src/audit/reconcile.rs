@@ -24,8 +24,10 @@ use super::reader::{open_log, OpenError};
 use super::reconcile_group::{group_part, recover_command, GroupPart};
 use super::reconcile_log::{scan, Break, Named};
 use super::record::{Containment, GroupState, Mode, Outcome as RunOutcome, StopReason};
+use super::stage_held;
 use super::verdict::{Code, Decision, Reason, Status};
 use super::verify::{verify_file, VerifyOptions};
+use crate::holders::{text, HolderScan};
 use crate::process::alive::{probe, Liveness, Probe};
 
 pub use super::reconcile_dirs::{stage_part, state_dir_part, DirCheck, StagePart, StateDirPart};
@@ -90,6 +92,8 @@ pub enum RCode {
     GroupGone,
     /// The recorded group's name now names another directory.
     GroupRecreated,
+    /// A process, mount or loop device holds the stage (the holder scan).
+    StageHeld,
     /// The recorded group could not be looked at.
     GroupUnknown,
 }
@@ -180,6 +184,8 @@ pub struct Report {
     /// and is not sealed (`NEW` is left for the operator to choose).
     pub recover_command: Option<String>,
     pub verify: VerifySummary,
+    /// The holder scan of `--staging` (`null`: not given, or not this run's).
+    pub holders: Option<HolderScan>,
     pub reasons: Vec<RReason>,
 }
 
@@ -205,6 +211,7 @@ pub fn reconcile(path: &Path, opts: &Options) -> Result<Report, String> {
         },
     );
     drop(f);
+    let mut holders = v.holders.clone();
     let verify = VerifySummary {
         verdict: v.verdict,
         status: v.status,
@@ -256,6 +263,10 @@ pub fn reconcile(path: &Path, opts: &Options) -> Result<Report, String> {
     };
     let state_dir = state_dir_part(s.run_started.as_ref(), opts.state_dir.as_deref());
     let stage = stage_part(&s, opts.staging.as_deref());
+    if holders.is_none() && stage.identity_matches == Some(true) {
+        // Verify scans only a sealed log's stage; this one is the run's.
+        holders = opts.staging.as_deref().and_then(|p| stage_held::check(p).1);
+    }
     let group = group_part(&s);
     let recover = (group.is_some() && !s.sealed).then(|| {
         let recorded = s.run_started.as_ref().and_then(|r| r.staging.as_ref());
@@ -293,6 +304,7 @@ pub fn reconcile(path: &Path, opts: &Options) -> Result<Report, String> {
         group,
         recover_command: recover,
         verify,
+        holders,
         reasons: Vec::new(),
     };
     decide(&mut r);
@@ -386,7 +398,10 @@ fn decide(r: &mut Report) {
     if r.log.sealed && r.log.chain_break.is_none() {
         for x in &r.verify.reasons {
             if x.class == Status::Retain
-                && !matches!(x.code, Code::StagingNotChecked | Code::StagingNotRecorded)
+                && !matches!(
+                    x.code,
+                    Code::StagingNotChecked | Code::StagingNotRecorded | Code::StageHeld
+                )
             {
                 rs.push(reason(
                     RCode::VerifyRetain,
@@ -443,6 +458,13 @@ fn decide(r: &mut Report) {
                 "check each by hand",
             ));
         }
+    }
+    if let Some(h) = r.holders.as_ref().filter(|h| h.held()) {
+        rs.push(reason(
+            RCode::StageHeld,
+            format!("the stage is held: {}", text::findings(h).join("; ")),
+            "keep it until each holder is gone (rea-audit holders DIR lists them); reconcile never signals",
+        ));
     }
     let group_live = group_reasons(r, running, &mut rs);
     let st = &r.stage;

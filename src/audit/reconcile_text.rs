@@ -195,6 +195,14 @@ fn raw(r: &Report) -> String {
             let _ = writeln!(s, "          {} {}", e.kind, e.path);
         }
     }
+    if let Some(h) = &r.holders {
+        s.push_str(&super::verdict::holders_lines(h).replacen("  holders ", "holders  ", 1));
+        for f in crate::holders::text::findings(h) {
+            if !f.starts_with("not readable") {
+                let _ = writeln!(s, "          {f}");
+            }
+        }
+    }
     let sd = &r.state_dir;
     match &sd.given {
         None => {

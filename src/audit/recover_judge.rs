@@ -7,7 +7,9 @@ use std::path::Path;
 
 use super::record::{DirIdentity, StagingInventoried};
 use super::recover_lines::{Check, FindingCode, Judged, Problem};
+use super::stage_held;
 use super::verdict::Status;
+use crate::holders::HolderScan;
 use crate::inventory;
 use crate::recover::record::{
     Code, Outcome, RecoveryChecked, RecoveryDecided, RecoveryEvent, RecoveryGroupRemoved,
@@ -151,9 +153,11 @@ pub(crate) fn judge(c: &mut Check, staging: Option<&Path>) -> Judged {
                 .map(|x| (x.staging.as_ref(), x.error.as_deref())),
             given: staging,
         };
-        for (code, detail) in compare_stage(&rule) {
+        let (found, holders) = compare_stage(&rule);
+        for (code, detail) in found {
             c.push(code, None, detail);
         }
+        j.holders = holders;
     }
     j
 }
@@ -217,8 +221,10 @@ struct StageRule<'a> {
 
 /// SPEC 5's stage rules, for a recovery: the stage inventoried must be
 /// the one LOG recorded; `--staging` must be it, unchanged since; a stage
-/// inventoried and not checked is not cleared.
-fn compare_stage(rule: &StageRule<'_>) -> Vec<(Problem, String)> {
+/// inventoried and not checked is not cleared. The stage given, when it
+/// is the one inventoried (changed or not), is scanned for holders.
+fn compare_stage(rule: &StageRule<'_>) -> (Vec<(Problem, String)>, Option<HolderScan>) {
+    let mut holders = None;
     let mut out = Vec::new();
     let inv = rule.inventoried.and_then(|(st, _)| st);
     if let Some(id) = rule.recorded {
@@ -254,15 +260,23 @@ fn compare_stage(rule: &StageRule<'_>) -> Vec<(Problem, String)> {
                     p.display()
                 ),
             )),
-            Ok(now) if now.inventory != sealed.inventory || now.special != sealed.special => out
-                .push((
-                    Problem::StagingMismatch,
-                    format!(
-                        "{} changed since the recovery (inventory differs)",
-                        p.display()
-                    ),
-                )),
-            Ok(_) => {}
+            Ok(now) => {
+                if now.inventory != sealed.inventory || now.special != sealed.special {
+                    out.push((
+                        Problem::StagingMismatch,
+                        format!(
+                            "{} changed since the recovery (inventory differs)",
+                            p.display()
+                        ),
+                    ));
+                }
+                let (found, scan) = stage_held::check(p);
+                match found {
+                    Ok(found) => out.extend(found.into_iter().map(|f| (Problem::StageHeld, f))),
+                    Err(e) => out.push((Problem::HoldersNotScanned, e)),
+                }
+                holders = scan;
+            }
             Err(e) => out.push((
                 Problem::StagingMismatch,
                 format!("cannot inventory {}: {e}", p.display()),
@@ -287,5 +301,5 @@ fn compare_stage(rule: &StageRule<'_>) -> Vec<(Problem, String)> {
         )),
         (None, None) => {}
     }
-    out
+    (out, holders)
 }

@@ -10,6 +10,7 @@ use super::chain;
 use super::reader::Wire;
 use super::record::StagingInventoried;
 use super::verdict::Status;
+use crate::holders::HolderScan;
 use crate::recover::log::encode;
 use crate::recover::record::{Code, Outcome, RecoveryEvent, VERSION};
 
@@ -39,6 +40,10 @@ pub enum Problem {
     StagingMismatch,
     StagingNotChecked,
     StagingNotRecorded,
+    /// A process, mount or loop device holds the stage (the holder scan).
+    StageHeld,
+    /// The stage could not be scanned for holders.
+    HoldersNotScanned,
 }
 
 impl Problem {
@@ -47,7 +52,8 @@ impl Problem {
         match self {
             EmptyLog | TornLine | NoDecision => Status::Incomplete,
             IoError | NotARegularFile => Status::Error,
-            StagingMismatch | StagingNotChecked | StagingNotRecorded => Status::Retain,
+            StagingMismatch | StagingNotChecked | StagingNotRecorded | StageHeld
+            | HoldersNotScanned => Status::Retain,
             _ => Status::Tampered,
         }
     }
@@ -182,4 +188,6 @@ pub struct Judged {
     pub recovered_intact_seq: Option<u64>,
     pub recovered_intact_head: Option<String>,
     pub staging: Option<StagingInventoried>,
+    /// The holder scan of `--staging`, when it ran.
+    pub holders: Option<HolderScan>,
 }

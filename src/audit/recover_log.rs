@@ -23,6 +23,7 @@ use super::recover_judge::judge;
 use super::recover_lines::{Check, Judged};
 use super::verdict::{Decision, Status};
 use super::writer::MAX_LINE;
+use crate::holders::HolderScan;
 use crate::recover::record::{Outcome, RecoveryEvent, KINDS};
 
 pub use super::recover_lines::{Finding, FindingCode, Problem};
@@ -63,6 +64,10 @@ pub struct RecoveryVerdict {
     pub outcome: Option<Outcome>,
     /// The stage as the recovery inventoried it (what `--staging` must match).
     pub staging: Option<StagingInventoried>,
+    /// The holder scan of `--staging`, when it ran (its unreadable
+    /// processes are named here, not as reasons).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holders: Option<HolderScan>,
     pub reasons: Vec<Finding>,
 }
 
@@ -200,6 +205,7 @@ fn finish(c: Check, log: String, j: Judged) -> RecoveryVerdict {
         recovered_intact_head: j.recovered_intact_head,
         outcome: j.outcome.filter(|_| intact),
         staging: j.staging,
+        holders: j.holders,
         reasons: c.found,
     }
 }
@@ -252,6 +258,9 @@ impl RecoveryVerdict {
         }
         if let Some(st) = &self.staging {
             s.push_str(&format!("  staging  {}\n", st.identity.path));
+        }
+        if let Some(h) = &self.holders {
+            s.push_str(&super::verdict::holders_lines(h));
         }
         for r in &self.reasons {
             let line = r.line.map(|l| format!("line {l}: ")).unwrap_or_default();
