@@ -9,7 +9,7 @@
 
 use std::ffi::{CStr, CString, OsStr};
 use std::io::{self, Read};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
 use nix::dir::Dir;
@@ -85,15 +85,33 @@ fn link_of(dirfd: BorrowedFd<'_>, name: &CStr) -> Option<Vec<u8>> {
 }
 
 fn read_at(dirfd: BorrowedFd<'_>, name: &CStr) -> io::Result<Vec<u8>> {
-    let fd = openat(
-        dirfd,
-        name,
-        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
     let mut out = Vec::new();
-    std::fs::File::from(fd).read_to_end(&mut out)?;
+    read_into(dirfd, name, &mut out)?;
     Ok(out)
+}
+
+/// Reads the whole of `name` into `buf` (cleared first), in reads of at
+/// least 64 KiB: a `/proc` file has no size to ask for, and small reads
+/// are what a scan of thousands of processes would spend its time on.
+fn read_into(dirfd: BorrowedFd<'_>, name: &CStr, buf: &mut Vec<u8>) -> io::Result<()> {
+    let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC;
+    let mut f = std::fs::File::from(openat(dirfd, name, flags, Mode::empty())?);
+    buf.clear();
+    loop {
+        if buf.capacity() - buf.len() < 64 << 10 {
+            buf.reserve(64 << 10);
+        }
+        let len = buf.len();
+        buf.resize(buf.capacity(), 0);
+        let got = f.read(&mut buf[len..]);
+        buf.truncate(len + *got.as_ref().unwrap_or(&0));
+        match got {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 fn access_of(fdinfo: &[u8]) -> Option<Access> {
@@ -110,8 +128,9 @@ fn access_of(fdinfo: &[u8]) -> Option<Access> {
     })
 }
 
-/// Looks at process `pid` (a name under `/proc`, opened through `proc`).
-pub fn look(proc: BorrowedFd<'_>, pid: i32, tree: &Tree) -> Looked {
+/// Looks at process `pid` (a name under `/proc`, opened through `proc`);
+/// `scratch` is a buffer reused from one process to the next.
+pub fn look(proc: BorrowedFd<'_>, pid: i32, tree: &Tree, scratch: &mut Vec<u8>) -> Looked {
     let Ok(name) = CString::new(pid.to_string()) else {
         return Looked::default();
     };
@@ -161,8 +180,8 @@ pub fn look(proc: BorrowedFd<'_>, pid: i32, tree: &Tree) -> Looked {
         Err(e) if gone(&e) => {}
         Err(e) => unread("fd", &e),
     }
-    match read_at(pd, c"maps") {
-        Ok(maps) => mappings(&maps, tree, &mut holds),
+    match read_into(pd, c"maps", scratch) {
+        Ok(()) => mappings(scratch, tree, &mut holds),
         Err(e) if gone(&e) => {}
         Err(e) => unread("maps", &e),
     }
@@ -182,8 +201,12 @@ pub fn look(proc: BorrowedFd<'_>, pid: i32, tree: &Tree) -> Looked {
 
 /// Every open descriptor of the process, `statx`ed through its link.
 fn fds(pd: BorrowedFd<'_>, tree: &Tree, holds: &mut Holds) -> io::Result<()> {
-    let fdd = openat(pd, c"fd", dir_flags(), Mode::empty())?;
-    let mut dir = Dir::from_fd(openat(fdd.as_fd(), c".", dir_flags(), Mode::empty())?)?;
+    let mut dir = Dir::openat(pd, c"fd", dir_flags(), Mode::empty())?;
+    let raw = dir.as_raw_fd();
+    // SAFETY: `raw` is `dir`'s own descriptor, open for as long as `dir`,
+    // which outlives every use below; statx and readlinkat through it do
+    // not move the directory's read position.
+    let fdd = unsafe { BorrowedFd::borrow_raw(raw) };
     for entry in dir.iter() {
         let entry = entry?;
         let name = entry.file_name();
@@ -193,12 +216,12 @@ fn fds(pd: BorrowedFd<'_>, tree: &Tree, holds: &mut Holds) -> io::Result<()> {
         else {
             continue; // . and ..
         };
-        let st = match statx::at(fdd.as_fd(), name, true) {
+        let st = match statx::at(fdd, name, true) {
             Ok(st) => st,
             Err(e) if gone(&e) => continue, // closed meanwhile
             Err(e) => return Err(e),
         };
-        let Some((root, deleted)) = matches(&st, || link_of(fdd.as_fd(), name), tree) else {
+        let Some((root, deleted)) = matches(&st, || link_of(fdd, name), tree) else {
             continue;
         };
         let access = CString::new(format!("fdinfo/{n}"))
@@ -210,7 +233,7 @@ fn fds(pd: BorrowedFd<'_>, tree: &Tree, holds: &mut Holds) -> io::Result<()> {
             how: How::Fd,
             fd: Some(n),
             access,
-            what: bounded(&link_of(fdd.as_fd(), name).unwrap_or_default()),
+            what: bounded(&link_of(fdd, name).unwrap_or_default()),
             deleted,
         });
     }

@@ -83,8 +83,9 @@ pub fn scan(paths: &[&Path]) -> io::Result<HolderScan> {
     }
     drop(dir);
     pids.sort_unstable();
+    let mut scratch = Vec::new();
     for pid in pids {
-        let seen = procs::look(proc.as_fd(), pid, &tree);
+        let seen = procs::look(proc.as_fd(), pid, &tree, &mut scratch);
         out.processes += 1;
         for r in &seen.roots {
             out.roots[*r as usize].held += 1;

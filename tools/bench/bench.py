@@ -40,6 +40,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import holders  # noqa: E402  (section 9, tools/bench/holders.py)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 TARGET = os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
@@ -47,7 +50,7 @@ TARGET = os.path.abspath(TARGET)
 REL = os.path.join(TARGET, "release")
 WORK = os.path.join(TARGET, "rea-bench")
 PY = sys.executable
-PEERS_APT = ["tini", "dumb-init", "catatonit", "bubblewrap"]
+PEERS_APT = ["tini", "dumb-init", "catatonit", "bubblewrap", "lsof", "psmisc"]
 PEER_BINS = {"tini": "tini", "dumb-init": "dumb-init", "catatonit": "catatonit", "bwrap": "bwrap"}
 SUPS = ["none", "timeout", "tini", "dumb-init", "catatonit", "bwrap", "cgroup", "rea", "rea-none", "rea-shm"]
 CONTAINING = ["bwrap", "cgroup", "rea", "rea-none"]  # the ones whose times are compared
@@ -102,7 +105,7 @@ def pct(xs, p):
 
 def setup(args):
     notes = []
-    missing = [p for p, b in zip(PEERS_APT, ["tini", "dumb-init", "catatonit", "bwrap"]) if not shutil.which(b)]
+    missing = [p for p, b in zip(PEERS_APT, ["tini", "dumb-init", "catatonit", "bwrap", "lsof", "fuser"]) if not shutil.which(b)]
     if missing and not args.no_install:
         log("installing peers:", " ".join(missing))
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -627,6 +630,8 @@ def report(res, info, args, started, ended):
         section7_md(w, res["s7"])
     if res.get("s8") is not None:
         section8_md(w, res["s8"])
+    if res.get("s9") is not None:
+        holders.section9_md(w, res["s9"])
     w("## Targets")
     w("")
     w("| target | measured (this run) | |")
@@ -1237,6 +1242,8 @@ def targets(res):
     s8 = res.get("s8")
     if s8 is not None:
         T.extend(targets8(s8))
+    if res.get("s9") is not None:
+        T += holders.targets9(res["s9"])
     return T
 
 
@@ -1294,7 +1301,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="one small pass (N=20,200; 1 rep) to debug the harness")
     ap.add_argument("--full", action="store_true", help="repeat the peers' rows as often as the containing supervisors'")
     ap.add_argument("--reps-scale", type=int, default=1, help="multiply the repetition counts")
-    ap.add_argument("--sections", default="1,2,3,4,5,6,7,8")
+    ap.add_argument("--sections", default="1,2,3,4,5,6,7,8,9")
     ap.add_argument("--ns", help="section 1 only at these N (comma-separated), to iterate")
     ap.add_argument("--sups", help="sections 1 and 3 only for these supervisors (comma-separated)")
     ap.add_argument("--triggers", help="section 1 only for these triggers (comma-separated)")
@@ -1340,7 +1347,8 @@ def main():
     log("skipped:", info["skipped"] or "none", "cgroot:", info["cgroot"])
     res = {}
     secs = {int(x) for x in args.sections.split(",") if x.strip()}
-    fns = {1: section1, 2: section2, 3: section3, 4: section4, 5: section5, 6: section6, 7: section7, 8: section8}
+    fns = {1: section1, 2: section2, 3: section3, 4: section4, 5: section5, 6: section6, 7: section7, 8: section8,
+           9: lambda run, args: holders.section9(run, args, log, WORK, ROOT)}
     try:
         for k in sorted(secs):
             info["uptime"].append((f"before section {k}", uptime()))
