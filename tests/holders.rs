@@ -28,6 +28,15 @@ fn holders_validator() -> &'static jsonschema::Validator {
     V.get_or_init(|| compile("holders"))
 }
 
+/// Every line of a log, parsed (any kind of log: no schema).
+fn records_any(log: &Path) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -675,4 +684,81 @@ fn reconcile_names_the_holders_of_the_stage() {
     p.release();
     let (code, v, _) = common::recovery::reconcile(&w.audit_log, &["--staging", &staging]);
     assert_eq!(code, 0, "{v:#}");
+}
+
+/// `rea-stage discard` scans the stage before removing anything: a held
+/// stage (a process whose cwd is in it, not started by any watchdog) is
+/// refused (stage_held, the holder named, nothing removed, the discard log
+/// verifies as refused); released, the same stage is discarded.
+#[test]
+fn a_held_stage_is_not_discarded() {
+    if skip_outside_pid_ns("discard of a held stage") {
+        return;
+    }
+    let scratch = Scratch::new();
+    let dir = scratch.path("stage");
+    let out = Command::new(stage_bin())
+        .arg("begin")
+        .arg(&dir)
+        .args(["--file", "runtime.bin"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let hex = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    std::fs::write(dir.join("runtime.bin"), b"native runtime").unwrap();
+    let discard = |log: &Path| {
+        let out = Command::new(stage_bin())
+            .arg("discard")
+            .arg(&dir)
+            .args(["--receipt-sha256", &hex, "--audit-log"])
+            .arg(log)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let p = Planted::holder("cwd", &dir);
+    let log = scratch.path("discard-1.jsonl");
+    let (code, out) = discard(&log);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        dir.join("runtime.bin").exists(),
+        "a refused discard removes nothing"
+    );
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["reasons"], serde_json::json!(["stage_held"]), "{v:#}");
+    let decided = records_any(&log)
+        .into_iter()
+        .find(|r| r["kind"] == "discard_decided")
+        .unwrap();
+    let held = decided["data"]["reasons"].as_array().unwrap();
+    assert_eq!(held.len(), 1, "{decided:#}");
+    let detail = held[0]["detail"].as_str().unwrap();
+    assert!(detail.contains(&format!("pid {} ", p.pid())), "{decided:#}");
+    let out = Command::new(audit_bin())
+        .arg("verify")
+        .arg(&log)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let vv: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (out.status.code(), vv["result"].as_str()),
+        (Some(1), Some("refused")),
+        "the replay agrees: {vv:#}"
+    );
+    let codes: Vec<&str> = vv["refusals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["code"].as_str().unwrap())
+        .collect();
+    assert!(codes.contains(&"stage_held"), "{vv:#}");
+    p.assert_alive();
+    p.release();
+    let (code, out) = discard(&scratch.path("discard-2.jsonl"));
+    assert_eq!(code, 0, "{out}");
+    assert!(!dir.exists());
 }

@@ -722,7 +722,13 @@ fn holder_scan() -> rea::holders::HolderScan {
 fn the_holder_scan_is_one_schema_in_every_file() {
     let canonical = load_schema("holders");
     let defs = canonical["$defs"].as_object().unwrap();
-    for name in ["record", "verdict", "recovery-verdict", "reconcile"] {
+    for name in [
+        "record",
+        "verdict",
+        "recovery-verdict",
+        "reconcile",
+        "stage-record",
+    ] {
         let other = load_schema(name);
         for (k, v) in defs {
             assert_eq!(

@@ -1074,6 +1074,7 @@ mod decision {
                 nonce: "0".repeat(64),
                 ts: "2026-12-01T00:00:00Z".into(),
             })),
+            holders: Some(Ok(vec![])),
         }
     }
 
@@ -1108,6 +1109,14 @@ mod decision {
             (
                 Code::ReceiptInvalid,
                 Box::new(|f| f.receipt = Some(Err("bad".into()))),
+            ),
+            (
+                Code::StageHeld,
+                Box::new(|f| f.holders = Some(Ok(vec!["pid 42 (scp, ...): cwd /s".into()]))),
+            ),
+            (
+                Code::HoldersNotScanned,
+                Box::new(|f| f.holders = Some(Err("Permission denied".into()))),
             ),
             (
                 Code::ReceiptTooLarge,

@@ -381,6 +381,7 @@ fn structure(c: &mut Check) -> Option<DiscardDecided> {
                 (None, Some(e)) => Some(Err(e.clone())),
                 (None, None) => None,
             },
+            holders: i.holders.as_deref().map(super::stage_held::findings),
         }),
         _ => None,
     };

@@ -19,8 +19,11 @@ use rea::vocab::is_token;
 
 const EXIT_HELP: &str = "\
 Exit codes (verify):
-  0  delete_allowed  sealed, intact, positive receipt (and --staging matches)
-  1  retain          sealed and intact, but the receipt or staging forbids deletion
+  0  delete_allowed  sealed, intact, positive receipt (and --staging matches,
+                     and no process, mount or loop device holds it now)
+  1  retain          sealed and intact, but the receipt or staging forbids
+                     deletion (stage_held: something holds the stage; each
+                     holder is named, see rea-audit holders --help)
   2  incomplete      torn last line or no receipt: the watchdog did not finish
   3  tampered        chain, sequence, run, replay or pinned head do not hold
   4  error           the log could not be read, or the command line is wrong

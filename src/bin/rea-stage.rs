@@ -26,6 +26,13 @@ Exit codes (discard):
   4  usage      bad arguments, FILE already exists, or FILE is inside DIR
                 (nothing is created or removed)
 
+Before removing anything, discard scans the stage for holders through the
+descriptor it listed it by (rea-audit holders --help): a process holding a
+file, a cwd, a root or a mapping in it, a mount on or of it, a loop device
+backed by a file in it refuses the discard (stage_held, each named), and so
+does a scan that cannot run (holders_not_scanned). The scan is recorded
+with the inventory and replayed by verify.
+
 Every decision, the inventory and each removal are in FILE, a hash-chained log
 (SPEC 4's chain rule): `rea-audit verify FILE` says discarded or refused.
 rea-stage never signals anything.
@@ -50,7 +57,7 @@ other way round and refuses to start. It is removed last, before the rmdir.";
 naming the files an upload may create; the controller keeps the receipt's SHA-256 as it pins \
 a head. If the upload fails before any exec, rea-stage discard removes the stage, and only if \
 it is exactly that stage, unarmed (no rea-watchdog ran there), holding nothing but declared \
-regular files of ours with one link each. Anything else is refused and nothing is deleted.",
+regular files of ours with one link each, and held by no process, mount or loop device. Anything else is refused and nothing is deleted.",
     after_help = EXIT_HELP
 )]
 struct Cli {

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::time::Instant;
 
@@ -39,7 +39,18 @@ fn push_bounded<T>(v: &mut Vec<T>, total: &mut u64, item: T, cap: usize) {
 /// caller must not take that as "not held".
 pub fn scan(paths: &[&Path]) -> io::Result<HolderScan> {
     let t0 = Instant::now();
-    let tree = Tree::of(paths)?;
+    of_tree(Tree::of(paths)?, t0)
+}
+
+/// [`scan`] of directories already open (`path` names each for people):
+/// the trees scanned are the ones the caller checked, whatever their
+/// names now point to.
+pub fn scan_fds(roots: &[(&Path, BorrowedFd<'_>)]) -> io::Result<HolderScan> {
+    let t0 = Instant::now();
+    of_tree(Tree::of_fds(roots)?, t0)
+}
+
+fn of_tree(tree: Tree, t0: Instant) -> io::Result<HolderScan> {
     let me = std::process::id() as i32;
     let proc = nix::fcntl::open(
         "/proc",

@@ -49,27 +49,45 @@ impl Tree {
         let mut t = Tree::default();
         for path in paths {
             let fd = nix::fcntl::open(*path, dir_flags(), Mode::empty()).map_err(|e| {
-                io::Error::new(
-                    io::Error::from(e).kind(),
-                    format!("{}: {}", path.display(), io::Error::from(e)),
-                )
+                let e = io::Error::from(e);
+                io::Error::new(e.kind(), format!("{}: {e}", path.display()))
             })?;
-            let st = statx::at(fd.as_fd(), c"", false)?;
-            let before = t.entries.len();
-            t.root = t.roots.len() as u32;
-            t.add(&st);
-            t.devs.insert(st.dev);
-            t.walk(fd.as_fd(), st.dev, 0)?;
-            let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-            t.roots.push(ScanRoot {
-                path: super::bounded(abs.as_os_str().as_encoded_bytes()),
-                dev: st.dev,
-                ino: st.ino,
-                entries: (t.entries.len() - before) as u64,
-                held: 0,
-            });
+            t.add_root(path, fd.as_fd())?;
         }
         Ok(t)
+    }
+
+    /// Walks each directory already open (`path` names it for people).
+    pub fn of_fds(roots: &[(&Path, BorrowedFd<'_>)]) -> io::Result<Tree> {
+        let mut t = Tree::default();
+        for (path, fd) in roots {
+            t.add_root(path, *fd)?;
+        }
+        Ok(t)
+    }
+
+    fn add_root(&mut self, path: &Path, fd: BorrowedFd<'_>) -> io::Result<()> {
+        let st = statx::at(fd, c"", false)?;
+        if !st.is_dir() {
+            return Err(io::Error::other(format!(
+                "{}: not a directory",
+                path.display()
+            )));
+        }
+        let before = self.entries.len();
+        self.root = self.roots.len() as u32;
+        self.add(&st);
+        self.devs.insert(st.dev);
+        self.walk(fd, st.dev, 0)?;
+        let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        self.roots.push(ScanRoot {
+            path: super::bounded(abs.as_os_str().as_encoded_bytes()),
+            dev: st.dev,
+            ino: st.ino,
+            entries: (self.entries.len() - before) as u64,
+            held: 0,
+        });
+        Ok(())
     }
 
     /// The root whose tree holds the entry `key`, if any.

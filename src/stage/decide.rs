@@ -95,6 +95,10 @@ pub struct Facts {
     pub changed: Vec<String>,
     /// The receipt's content, parsed (`None`: not read; too large or not a file).
     pub receipt: Option<Result<BeforeTransfer, String>>,
+    /// The holder scan: each holder, mount and loop device named (empty:
+    /// not held), or why it could not run (`None`: not scanned, in a log
+    /// written before the discard scanned).
+    pub holders: Option<Result<Vec<String>, String>>,
 }
 
 /// Every refusal has its own code.
@@ -123,6 +127,10 @@ pub enum Code {
     TooManyEntries,
     /// Something changed between the listing and the removal.
     ConcurrentChange,
+    /// A process, mount or loop device holds the stage (the holder scan).
+    StageHeld,
+    /// The stage could not be scanned for holders.
+    HoldersNotScanned,
     IoError,
     /// Stands for the refusals past [`MAX_REFUSALS`] (how many, which codes).
     MoreRefusals,
@@ -251,6 +259,18 @@ fn trusted<'a>(f: &'a Facts, out: &mut Vec<Refusal>) -> Option<&'a BeforeTransfe
 pub fn decide(f: &Facts) -> Vec<Refusal> {
     let mut out = Vec::new();
     let receipt = trusted(f, &mut out);
+    match &f.holders {
+        Some(Ok(found)) => {
+            for x in found {
+                out.push(Refusal::new(Code::StageHeld, None, x.clone()));
+            }
+        }
+        Some(Err(e)) => {
+            let d = format!("the stage could not be scanned for holders: {e}");
+            out.push(Refusal::new(Code::HoldersNotScanned, None, d));
+        }
+        None => {}
+    }
     if f.stage.uid != f.uid {
         let d = format!(
             "the stage belongs to uid {}, not ours ({})",

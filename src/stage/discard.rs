@@ -20,6 +20,9 @@ use super::log::{
 use super::path::{open_parent, Id};
 use super::remove::{pause_hook, remove_stage, unlink_entry, unlink_own, PAUSE_UNLINK_ENV};
 use super::{ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};
+use crate::audit::record::HoldersScanned;
+use crate::audit::stage_held;
+use crate::holders::scan::scan_fds;
 
 /// `rea-stage discard` exit codes (documented in `--help` and the README).
 pub const EXIT_DISCARDED: i32 = 0;
@@ -215,12 +218,21 @@ pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
         }
     };
     let receipt = listing.receipt.as_deref().map(super::receipt::parse);
+    // Who holds it, by the descriptor the listing was taken through.
+    let holders = match scan_fds(&[(Path::new(&shown), stage.as_fd())]) {
+        Ok(s) => HoldersScanned::Scanned(s),
+        Err(e) => HoldersScanned::Failed {
+            error: crate::vocab::bounded(&e.to_string()),
+        },
+    };
+    let held = stage_held::findings(&holders);
     let inv = StageInventoried {
         entries: listing.entries.clone(),
         truncated: listing.truncated,
         changed: listing.changed.clone(),
         receipt: receipt.as_ref().and_then(|r| r.as_ref().ok().cloned()),
         receipt_error: receipt.as_ref().and_then(|r| r.as_ref().err().cloned()),
+        holders: Some(Box::new(holders)),
     };
     if let Err(e) = run.log.record(&StageEvent::Inventoried(inv)) {
         return log_failed(e);
@@ -233,6 +245,7 @@ pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
         truncated: listing.truncated,
         changed: listing.changed.clone(),
         receipt,
+        holders: Some(held),
     };
     let refusals = decide(&facts);
     if !refusals.is_empty() {

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::decide::{DirId, Entry, Refusal};
 use super::receipt::BeforeTransfer;
 use crate::audit::chain;
+use crate::audit::record::HoldersScanned;
 use crate::audit::writer::MAX_LINE;
 
 /// `v` of every record.
@@ -46,6 +47,10 @@ pub struct StageInventoried {
     pub receipt: Option<BeforeTransfer>,
     /// Why it could not be parsed.
     pub receipt_error: Option<String>,
+    /// The holder scan of the stage, through its descriptor (absent in a
+    /// log written before the discard scanned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holders: Option<Box<HoldersScanned>>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
