@@ -102,7 +102,9 @@ fn dirname(p: &[u8]) -> &[u8] {
 /// The mounts of namespace `ns`, seen through process `pid`, that hold the
 /// tree. `own` is the scanner's own namespace.
 pub fn holds(pid: i32, ns: u64, own: bool, tree: &Tree) -> std::io::Result<Vec<MountHold>> {
-    let text = std::fs::read(format!("/proc/{pid}/mountinfo"))?;
+    let name = CString::new(format!("/proc/{pid}/mountinfo")).map_err(std::io::Error::other)?;
+    let mut text = Vec::new();
+    super::procs::read_into(nix::fcntl::AT_FDCWD, &name, &mut text)?;
     let mounts = parse(&text);
     let dev_of: HashMap<u64, u64> = mounts.iter().map(|m| (m.id, m.dev)).collect();
     let mut out = Vec::new();

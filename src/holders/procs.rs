@@ -93,7 +93,7 @@ fn read_at(dirfd: BorrowedFd<'_>, name: &CStr) -> io::Result<Vec<u8>> {
 /// Reads the whole of `name` into `buf` (cleared first), in reads of at
 /// least 64 KiB: a `/proc` file has no size to ask for, and small reads
 /// are what a scan of thousands of processes would spend its time on.
-fn read_into(dirfd: BorrowedFd<'_>, name: &CStr, buf: &mut Vec<u8>) -> io::Result<()> {
+pub(super) fn read_into(dirfd: BorrowedFd<'_>, name: &CStr, buf: &mut Vec<u8>) -> io::Result<()> {
     let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC;
     let mut f = std::fs::File::from(openat(dirfd, name, flags, Mode::empty())?);
     buf.clear();
