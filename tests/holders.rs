@@ -762,3 +762,113 @@ fn a_held_stage_is_not_discarded() {
     assert_eq!(code, 0, "{out}");
     assert!(!dir.exists());
 }
+
+/// The main thread has exited while another runs on: `/proc/PID/fd`,
+/// `cwd` and `maps` read as empty, the live thread's do not.
+#[test]
+fn a_holder_whose_main_thread_exited_still_holds_the_stage() {
+    if std::env::consts::ARCH != "x86_64" {
+        eprintln!("skipped: the fixture's SYS_exit number is x86_64's");
+        return;
+    }
+    corpus_case("fd-main-exits", "runtime.bin", "fd");
+}
+
+/// A bind mount of another directory of the same filesystem onto a stage
+/// subdirectory: a mount on the stage (held), but not walked into, so what
+/// is held through it elsewhere is not taken for the stage.
+#[test]
+fn a_same_filesystem_bind_mount_in_the_stage_is_not_walked_into() {
+    if skip_outside_pid_ns("holder corpus (mounts)") {
+        return;
+    }
+    let w = sealed_run();
+    let other = w.scratch.path("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("g"), b"not the stage's").unwrap();
+    let entries_before = {
+        let (_, v) = verify_stage(&w);
+        v["holders"]["roots"][0]["entries"].as_u64().unwrap()
+    };
+    let m = Mounted::new(&["--bind", s(&other)], &w.staging.join("sub"));
+    let p = Planted::holder("fd-read", &other.join("g"));
+    let (code, v) = verify_stage(&w);
+    assert_eq!(code, 1, "{v:#}");
+    assert_mount_held(&v, "mount_point");
+    let named = v["holders"]["holders"].as_array().unwrap();
+    assert!(
+        named.iter().all(|h| h["pid"] != p.pid()),
+        "a file of the other directory is not the stage's: {v:#}"
+    );
+    // The mount point is one entry (its root); sub/lib.so is hidden by it.
+    let entries = v["holders"]["roots"][0]["entries"].as_u64().unwrap();
+    assert_eq!(entries, entries_before - 1, "{v:#}");
+    p.release();
+    m.release();
+    assert_allowed(&w);
+}
+
+/// A stage that is itself the root of a mount (its own tmpfs) is not held
+/// by that mount, however its path is spelled (a trailing slash here).
+#[test]
+fn a_stage_that_is_a_mount_root_is_not_held_by_its_own_mount() {
+    if skip_outside_pid_ns("holder corpus (mounts)") {
+        return;
+    }
+    let scratch = Scratch::new();
+    let dir = scratch.path("own-tmpfs");
+    std::fs::create_dir(&dir).unwrap();
+    let m = Mounted::new(&["-t", "tmpfs", "rea-test-holders"], &dir);
+    std::fs::write(dir.join("f"), b"x").unwrap();
+    let slashed = format!("{}/", s(&dir));
+    let out = Command::new(audit_bin())
+        .args(["holders", &slashed, "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{v:#}");
+    assert_eq!(v["mounts_total"], 0, "{v:#}");
+    std::fs::remove_file(dir.join("f")).unwrap();
+    m.release();
+}
+
+/// A /proc mounted with `hidepid=invisible` lists only what the reader may
+/// see: the scan says so, by name, rather than answering for processes it
+/// was never shown (a private mount namespace; the test's /proc untouched).
+#[test]
+fn a_proc_that_hides_processes_is_named_as_not_readable() {
+    if skip_outside_pid_ns("holders under hidepid") {
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("rea-test-holders.")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let script = format!(
+        "mount -t proc -o hidepid=invisible proc /proc && exec setpriv --reuid 65534 --regid 65534 --clear-groups -- {} holders {} --json",
+        audit_bin(),
+        s(dir.path())
+    );
+    let out = Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let hidden = v["unreadable"].as_array().unwrap().iter().any(|u| {
+        u["what"] == "/proc" && u["error"].as_str().unwrap().contains("hidepid=invisible")
+    });
+    assert!(hidden, "{v:#}");
+}

@@ -57,8 +57,17 @@ fn backing_of(device: &str) -> std::io::Result<(u64, u64)> {
 /// Every bound loop device backed by a tree entry, and those not readable.
 pub fn holds(tree: &Tree) -> (Vec<LoopHold>, Vec<Unreadable>) {
     let (mut out, mut unreadable) = (Vec::new(), Vec::new());
-    let Ok(dir) = std::fs::read_dir("/sys/block") else {
-        return (out, unreadable);
+    let dir = match std::fs::read_dir("/sys/block") {
+        Ok(d) => d,
+        // No sysfs here: loop devices cannot be listed; say so.
+        Err(e) => {
+            unreadable.push(Unreadable {
+                pid: 0,
+                what: "/sys/block".to_string(),
+                error: e.to_string(),
+            });
+            return (out, unreadable);
+        }
     };
     let mut names: Vec<String> = dir
         .filter_map(|e| e.ok()?.file_name().into_string().ok())

@@ -4,13 +4,16 @@
 //! in it, and their paths resolved through that process's `/proc/PID/root`
 //! (the lookup then walks that namespace's mounts). Two holds, both by
 //! `(dev, ino)`:
-//! - **source**: the mount's root is a tree entry (a bind mount of a stage
-//!   directory or file elsewhere). Only mounts of a tree device are looked
-//!   up; the mount the tree's root itself sits at, in the scanner's own
-//!   namespace, is where the stage is, not a hold.
 //! - **mount point**: it is mounted on a tree entry (the directory its
 //!   mount point is in is a tree directory). Only mounts whose parent mount
-//!   is of a tree device are looked up.
+//!   is of a tree device are looked up. Checked first: such a mount's root
+//!   is met by the walk too (as the entry it covers).
+//! - **source**: the mount's root is a tree entry (a bind mount of a stage
+//!   directory or file elsewhere). Only mounts of a tree device are looked
+//!   up; the mount the tree's root itself is the root of, in the scanner's
+//!   own namespace, is where the stage is, not a hold (matched by mount ID,
+//!   not by path). In another namespace a copy of that mount counts as a
+//!   hold: a false "held" (the stage is kept), never a missed one.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -84,6 +87,30 @@ pub fn parse(text: &[u8]) -> Vec<Mount> {
     out
 }
 
+/// Whether the `/proc` the scan reads (mount `proc_mnt`) hides processes:
+/// mounted with `hidepid=` (other than 0/off) or `subset=pid`, it lists
+/// only what the reader may see, so the others cannot even be named.
+pub fn proc_hides(text: &[u8], proc_mnt: u64) -> Option<String> {
+    for line in text.split(|&b| b == b'\n') {
+        let f: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        let id = std::str::from_utf8(f.first()?).ok()?.parse::<u64>().ok();
+        if id != Some(proc_mnt) {
+            continue;
+        }
+        let dash = f.iter().position(|x| *x == b"-")?;
+        let opts = std::str::from_utf8(f.get(dash + 3)?).ok()?;
+        let hiding = opts.split(',').find(|o| {
+            o.strip_prefix("hidepid=")
+                .is_some_and(|v| !matches!(v, "0" | "off"))
+                || *o == "subset=pid"
+        });
+        return hiding.map(|o| {
+            format!("/proc is mounted with {o}: processes this user may not see are not listed, so they cannot be named")
+        });
+    }
+    None
+}
+
 /// `statx` of `path` as process `pid` sees it (through its root).
 fn stat_as(pid: i32, path: &[u8]) -> Option<statx::Stat> {
     let mut full = format!("/proc/{pid}/root").into_bytes();
@@ -118,25 +145,25 @@ pub fn holds(pid: i32, ns: u64, own: bool, tree: &Tree) -> std::io::Result<Vec<M
             mnt_ns: ns,
             seen_by: pid,
         };
-        if tree.devs.contains(&m.dev) {
-            if let Some(st) = stat_as(pid, &m.mount_point) {
-                let at_own_root = own
-                    && tree
-                        .roots
-                        .iter()
-                        .any(|r| (r.dev, r.ino) == st.key() && r.path.as_bytes() == m.mount_point);
-                if let (Some(root), false) = (tree.root_of(st.key()), at_own_root) {
-                    out.push(hold(root, MountHow::Source));
-                    continue;
-                }
-            }
-        }
+        // On a tree entry first: a mount on a stage subdirectory also has a
+        // root the walk met (as that subdirectory's entry).
         let parent_on_tree = dev_of.get(&m.parent).is_some_and(|d| tree.devs.contains(d));
         if parent_on_tree && m.mount_point != b"/" {
             if let Some(st) = stat_as(pid, dirname(&m.mount_point)) {
                 if let (true, Some(root)) = (tree.dirs.contains(&st.key()), tree.root_of(st.key()))
                 {
                     out.push(hold(root, MountHow::MountPoint));
+                    continue;
+                }
+            }
+        }
+        if tree.devs.contains(&m.dev) {
+            if let Some(st) = stat_as(pid, &m.mount_point) {
+                // The mount a tree's root is itself the root of, in this
+                // namespace: where the stage is, not a hold (by mount ID).
+                let at_own_root = own && tree.root_mounts.iter().any(|&id| id != 0 && id == m.id);
+                if let (Some(root), false) = (tree.root_of(st.key()), at_own_root) {
+                    out.push(hold(root, MountHow::Source));
                 }
             }
         }
@@ -163,6 +190,14 @@ mod tests {
         assert_eq!(m[0].fstype, "ext3");
         assert_eq!(m[0].source, "/dev/root");
         assert_eq!(m[1].mount_point, b"/x");
+    }
+
+    #[test]
+    fn a_proc_that_hides_processes_is_told() {
+        let text = b"22 1 0:5 / /proc rw - proc proc rw,hidepid=invisible\n23 1 0:6 / /p2 rw - proc proc rw,hidepid=0\n";
+        assert!(proc_hides(text, 22).unwrap().contains("hidepid=invisible"));
+        assert_eq!(proc_hides(text, 23), None);
+        assert_eq!(proc_hides(text, 99), None);
     }
 
     #[test]

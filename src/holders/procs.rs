@@ -44,10 +44,6 @@ fn gone(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH))
 }
 
-fn denied(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
-}
-
 /// The holds found so far, the first [`MAX_HOLDS`] named.
 struct Holds {
     named: Vec<Hold>,
@@ -98,11 +94,10 @@ pub(super) fn read_into(dirfd: BorrowedFd<'_>, name: &CStr, buf: &mut Vec<u8>) -
     let mut f = std::fs::File::from(openat(dirfd, name, flags, Mode::empty())?);
     buf.clear();
     loop {
-        if buf.capacity() - buf.len() < 64 << 10 {
-            buf.reserve(64 << 10);
-        }
+        // Zero only the next chunk, not all spare capacity: a file of many
+        // reads costs linear time.
         let len = buf.len();
-        buf.resize(buf.capacity(), 0);
+        buf.resize(len + (64 << 10), 0);
         let got = f.read(&mut buf[len..]);
         buf.truncate(len + *got.as_ref().unwrap_or(&0));
         match got {
@@ -136,9 +131,21 @@ pub fn look(proc: BorrowedFd<'_>, pid: i32, tree: &Tree, scratch: &mut Vec<u8>) 
     };
     let pd: OwnedFd = match openat(proc, name.as_c_str(), dir_flags(), Mode::empty()) {
         Ok(fd) => fd,
-        Err(_) => return Looked::default(), // gone
+        Err(e) if gone(&e.into()) => return Looked::default(),
+        Err(e) => {
+            return Looked {
+                unreadable: Some(Unreadable {
+                    pid,
+                    what: format!("/proc/{pid}"),
+                    error: io::Error::from(e).to_string(),
+                }),
+                ..Looked::default()
+            }
+        }
     };
     let pd = pd.as_fd();
+    let alt = live_thread(pd, pid);
+    let v = alt.as_ref().map_or(pd, |t| t.as_fd());
     let mut holds = Holds {
         named: Vec::new(),
         total: 0,
@@ -156,36 +163,36 @@ pub fn look(proc: BorrowedFd<'_>, pid: i32, tree: &Tree, scratch: &mut Vec<u8>) 
         }
     };
     for (part, how) in [(c"cwd", How::Cwd), (c"root", How::Root), (c"exe", How::Exe)] {
-        match statx::at(pd, part, true) {
+        match statx::at(v, part, true) {
             Ok(st) => {
-                if let Some((root, deleted)) = matches(&st, || link_of(pd, part), tree) {
+                if let Some((root, deleted)) = matches(&st, || link_of(v, part), tree) {
                     holds.push(Hold {
                         root,
                         how,
                         fd: None,
                         access: None,
-                        what: bounded(&link_of(pd, part).unwrap_or_default()),
+                        what: bounded(&link_of(v, part).unwrap_or_default()),
                         deleted,
                     });
                 }
             }
             // A zombie or a kernel thread has none; a gone process neither.
             Err(e) if gone(&e) => {}
-            Err(e) if denied(&e) => unread(part.to_str().unwrap_or(""), &e),
-            Err(_) => {}
+            Err(e) => unread(part.to_str().unwrap_or(""), &e),
         }
     }
-    match fds(pd, tree, &mut holds) {
-        Ok(()) => {}
+    match fds(v, tree, &mut holds) {
+        Ok(None) => {}
+        Ok(Some((n, e))) => unread(&format!("fd {n}"), &e),
         Err(e) if gone(&e) => {}
         Err(e) => unread("fd", &e),
     }
-    match read_into(pd, c"maps", scratch) {
+    match read_into(v, c"maps", scratch) {
         Ok(()) => mappings(scratch, tree, &mut holds),
         Err(e) if gone(&e) => {}
         Err(e) => unread("maps", &e),
     }
-    match statx::at(pd, c"ns/mnt", true) {
+    match statx::at(v, c"ns/mnt", true) {
         Ok(st) => mnt_ns = Some(st.ino),
         Err(e) if gone(&e) => {}
         Err(e) => unread("ns/mnt", &e),
@@ -199,8 +206,38 @@ pub fn look(proc: BorrowedFd<'_>, pid: i32, tree: &Tree, scratch: &mut Vec<u8>) 
     }
 }
 
+/// A live thread's `task/TID` directory, when the main thread has exited
+/// while others run (its `cwd`, `fd` and `maps` then read as empty,
+/// though the others share them); `None` otherwise.
+fn live_thread(pd: BorrowedFd<'_>, pid: i32) -> Option<OwnedFd> {
+    match statx::at(pd, c"cwd", true) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+        _ => return None,
+    }
+    let task = openat(pd, c"task", dir_flags(), Mode::empty()).ok()?;
+    let mut dir =
+        Dir::from_fd(openat(task.as_fd(), c".", dir_flags(), Mode::empty()).ok()?).ok()?;
+    for entry in dir.iter() {
+        let entry = entry.ok()?;
+        let name = entry.file_name();
+        let tid = std::str::from_utf8(name.to_bytes()).ok()?.parse::<i32>();
+        if tid.map_or(true, |t| t == pid) {
+            continue;
+        }
+        if let Ok(t) = openat(task.as_fd(), name, dir_flags(), Mode::empty()) {
+            if statx::at(t.as_fd(), c"cwd", true).is_ok() {
+                return Some(t);
+            }
+        }
+    }
+    None
+}
+
 /// Every open descriptor of the process, `statx`ed through its link.
-fn fds(pd: BorrowedFd<'_>, tree: &Tree, holds: &mut Holds) -> io::Result<()> {
+/// `Ok(Some(..))`: one could not be looked at (the first such, named); the
+/// others were.
+fn fds(pd: BorrowedFd<'_>, tree: &Tree, holds: &mut Holds) -> io::Result<Option<(i32, io::Error)>> {
+    let mut failed = None;
     let mut dir = Dir::openat(pd, c"fd", dir_flags(), Mode::empty())?;
     let raw = dir.as_raw_fd();
     // SAFETY: `raw` is `dir`'s own descriptor, open for as long as `dir`,
@@ -219,7 +256,12 @@ fn fds(pd: BorrowedFd<'_>, tree: &Tree, holds: &mut Holds) -> io::Result<()> {
         let st = match statx::at(fdd, name, true) {
             Ok(st) => st,
             Err(e) if gone(&e) => continue, // closed meanwhile
-            Err(e) => return Err(e),
+            Err(e) => {
+                // One fd refused (a FUSE mount denying root its getattr):
+                // named, and the others still looked at.
+                failed.get_or_insert((n, e));
+                continue;
+            }
         };
         let Some((root, deleted)) = matches(&st, || link_of(fdd, name), tree) else {
             continue;
@@ -237,13 +279,13 @@ fn fds(pd: BorrowedFd<'_>, tree: &Tree, holds: &mut Holds) -> io::Result<()> {
             deleted,
         });
     }
-    Ok(())
+    Ok(failed)
 }
 
 /// `/proc/PID/maps`: `addr perms offset MAJ:MIN inode path`, one hold per
 /// inode mapped (however many ranges).
 fn mappings(maps: &[u8], tree: &Tree, holds: &mut Holds) {
-    let mut seen: Vec<(u64, u64)> = Vec::new();
+    let mut seen: std::collections::HashSet<(u64, u64)> = std::collections::HashSet::new();
     for line in maps.split(|&b| b == b'\n') {
         let mut f = line.splitn(6, |&b| b == b' ');
         let (Some(_), Some(_), Some(_), Some(dev), Some(ino)) =
@@ -266,7 +308,7 @@ fn mappings(maps: &[u8], tree: &Tree, holds: &mut Holds) {
         let Some((root, deleted)) = found else {
             continue;
         };
-        seen.push(key);
+        seen.insert(key);
         holds.push(Hold {
             root,
             how: How::Mapping,

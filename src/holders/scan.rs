@@ -51,13 +51,19 @@ pub fn scan_fds(roots: &[(&Path, BorrowedFd<'_>)]) -> io::Result<HolderScan> {
 }
 
 fn of_tree(tree: Tree, t0: Instant) -> io::Result<HolderScan> {
-    let me = std::process::id() as i32;
     let proc = nix::fcntl::open(
         "/proc",
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         Mode::empty(),
     )?;
+    // This process as the /proc mounted here numbers it (another PID
+    // namespace's /proc numbers it otherwise than getpid does).
+    let me: i32 = nix::fcntl::readlinkat(proc.as_fd(), c"self")?
+        .to_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| io::Error::other("/proc/self does not name a pid"))?;
     let own_ns = statx::at(proc.as_fd(), c"self/ns/mnt", true)?.ino;
+    let proc_mnt = statx::at(proc.as_fd(), c"", false)?.mnt_id;
     let mut out = HolderScan {
         roots: tree.roots.clone(),
         processes: 0,
@@ -153,6 +159,22 @@ fn of_tree(tree: Tree, t0: Instant) -> io::Result<HolderScan> {
                     break;
                 }
             }
+        }
+    }
+    let mut own = Vec::new();
+    if procs::read_into(proc.as_fd(), c"self/mountinfo", &mut own).is_ok() {
+        if let Some(why) = mounts::proc_hides(&own, proc_mnt) {
+            let u = Unreadable {
+                pid: 0,
+                what: "/proc".to_string(),
+                error: why,
+            };
+            push_bounded(
+                &mut out.unreadable,
+                &mut out.unreadable_total,
+                u,
+                MAX_OTHERS,
+            );
         }
     }
     let (found, unreadable) = loops::holds(&tree);

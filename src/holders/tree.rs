@@ -20,7 +20,8 @@ use super::ScanRoot;
 
 /// Deepest nesting walked; deeper trees are an error, not a hang.
 const MAX_DEPTH: usize = 256;
-/// Entries held in memory at most (about 50 bytes each).
+/// Entries held in memory at most (about 50 bytes each, plus, while one
+/// directory is walked, the names of its subdirectories).
 pub const MAX_ENTRIES: usize = 4_000_000;
 
 fn dir_flags() -> OFlag {
@@ -39,6 +40,8 @@ pub struct Tree {
     /// The devices of the filesystems walked.
     pub devs: HashSet<u64>,
     pub roots: Vec<ScanRoot>,
+    /// Each root's mount (`STATX_MNT_ID`; 0 where unknown), in `roots` order.
+    pub root_mounts: Vec<u64>,
     /// The root being walked.
     root: u32,
 }
@@ -79,6 +82,8 @@ impl Tree {
         self.add(&st);
         self.devs.insert(st.dev);
         self.walk(fd, st.dev, 0)?;
+        self.root_mounts
+            .push(if st.mount_root { st.mnt_id } else { 0 });
         let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
         self.roots.push(ScanRoot {
             path: super::bounded(abs.as_os_str().as_encoded_bytes()),
@@ -97,12 +102,13 @@ impl Tree {
 
     /// `link` is `/a/b/name (deleted)` as the kernel names an unlinked
     /// file: the root whose tree has `/a/b` as a directory (by `(dev, ino)`
-    /// of what that path is now), if any.
+    /// of what that path is now, resolved without following any link), if
+    /// any.
     pub fn unlinked_in(&self, link: &[u8]) -> Option<u32> {
         let path = link.strip_suffix(b" (deleted)")?;
         let cut = path.iter().rposition(|&b| b == b'/')?;
         let parent = if cut == 0 { &b"/"[..] } else { &path[..cut] };
-        let st = statx::path(&CString::new(parent).ok()?, true).ok()?;
+        let st = statx::path_no_links(&CString::new(parent).ok()?).ok()?;
         if !st.is_dir() || !self.dirs.contains(&st.key()) {
             return None;
         }
@@ -139,7 +145,9 @@ impl Tree {
                 return Err(io::Error::other(format!("more than {MAX_ENTRIES} entries")));
             }
             self.add(&st);
-            if st.is_dir() && st.dev == dev {
+            // Another filesystem, or a bind mount of the same one: an
+            // entry of the tree, not walked into.
+            if st.is_dir() && st.dev == dev && !st.mount_root {
                 subdirs.push(name.to_owned());
             }
         }
