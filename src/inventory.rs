@@ -288,16 +288,23 @@ pub fn inventory(path: &Path) -> io::Result<Inventory> {
 /// The staging directory as a record: identity and full inventory from one
 /// descriptor, and its sockets, FIFOs and devices named.
 pub fn staging(path: &Path) -> io::Result<StagingInventoried> {
+    Ok(staging_open(path)?.0)
+}
+
+/// [`staging`], and the descriptor it was taken through (so that what is
+/// done next, the holder scan, is of the same directory).
+pub fn staging_open(path: &Path) -> io::Result<(StagingInventoried, OwnedFd)> {
     let fd = open_dir(path)?;
     let st = fstat(&fd)?;
     let identity = identity_of(&std::path::absolute(path)?, &st);
     let w = walk(fd.as_fd(), 0, true)?;
-    Ok(StagingInventoried {
+    let inv = StagingInventoried {
         identity,
         inventory: w.inventory,
         special: w.special,
         special_truncated: w.special_truncated,
-    })
+    };
+    Ok((inv, fd))
 }
 
 /// Removes everything below `dirfd`, depth first, without following links or

@@ -265,7 +265,15 @@ pub fn reconcile(path: &Path, opts: &Options) -> Result<Report, String> {
     let stage = stage_part(&s, opts.staging.as_deref());
     if holders.is_none() && stage.identity_matches == Some(true) {
         // Verify scans only a sealed log's stage; this one is the run's.
-        holders = opts.staging.as_deref().and_then(|p| stage_held::check(p).1);
+        // One descriptor for the identity check and the scan.
+        holders = opts.staging.as_deref().and_then(|p| {
+            let dir = crate::inventory::open_dir(p).ok()?;
+            let st = nix::sys::stat::fstat(&dir).ok()?;
+            let r = s.run_started.as_ref()?.staging.as_ref()?;
+            let same =
+                (st.st_dev, st.st_ino, st.st_uid, st.st_mode) == (r.dev, r.ino, r.uid, r.mode);
+            same.then(|| stage_held::check(p, std::os::fd::AsFd::as_fd(&dir)).1)?
+        });
     }
     let group = group_part(&s);
     let recover = (group.is_some() && !s.sealed).then(|| {

@@ -252,15 +252,15 @@ fn compare_stage(rule: &StageRule<'_>) -> (Vec<(Problem, String)>, Option<Holder
             Problem::StagingNotRecorded,
             format!("--staging {} given, but LOG recorded no stage", p.display()),
         )),
-        (Some(p), Some(sealed)) => match inventory::staging(p) {
-            Ok(now) if !inventory::same_dir(&now.identity, &sealed.identity) => out.push((
+        (Some(p), Some(sealed)) => match inventory::staging_open(p) {
+            Ok((now, _)) if !inventory::same_dir(&now.identity, &sealed.identity) => out.push((
                 Problem::StagingMismatch,
                 format!(
                     "{} is not the stage the recovery inventoried (dev/ino/uid/mode differ)",
                     p.display()
                 ),
             )),
-            Ok(now) => {
+            Ok((now, dir)) => {
                 if now.inventory != sealed.inventory || now.special != sealed.special {
                     out.push((
                         Problem::StagingMismatch,
@@ -270,7 +270,7 @@ fn compare_stage(rule: &StageRule<'_>) -> (Vec<(Problem, String)>, Option<Holder
                         ),
                     ));
                 }
-                let (found, scan) = stage_held::check(p);
+                let (found, scan) = stage_held::check(p, std::os::fd::AsFd::as_fd(&dir));
                 match found {
                     Ok(found) => out.extend(found.into_iter().map(|f| (Problem::StageHeld, f))),
                     Err(e) => out.push((Problem::HoldersNotScanned, e)),

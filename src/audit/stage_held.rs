@@ -5,10 +5,11 @@
 //! named in the verdict but does not decide it: what a verifier may read
 //! is its privilege, like the PID namespaces it cannot see (README).
 
+use std::os::fd::BorrowedFd;
 use std::path::Path;
 
 use super::record::HoldersScanned;
-use crate::holders::scan::scan;
+use crate::holders::scan::scan_fds;
 use crate::holders::{text, HolderScan};
 
 /// What a recorded scan says: one detail per finding (none: not held), or
@@ -33,10 +34,14 @@ fn held(s: &HolderScan) -> Vec<String> {
     found
 }
 
-/// What a verifier says about the stage at `path`: one detail per finding
+/// What a verifier says about the stage at `path`, open as `dir` (the
+/// descriptor its inventory was taken through): one detail per finding
 /// (`Err` when it could not be scanned), and the scan for the verdict.
-pub fn check(path: &Path) -> (Result<Vec<String>, String>, Option<HolderScan>) {
-    match scan(&[path]) {
+pub fn check(
+    path: &Path,
+    dir: BorrowedFd<'_>,
+) -> (Result<Vec<String>, String>, Option<HolderScan>) {
+    match scan_fds(&[(path, dir)]) {
         Ok(s) => (Ok(held(&s)), Some(s)),
         Err(e) => (
             Err(format!("cannot scan {} for holders: {e}", path.display())),

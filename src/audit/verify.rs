@@ -7,6 +7,7 @@
 //! but never buffered whole.
 
 use std::io::Read;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -495,8 +496,8 @@ fn judge(
             None,
             format!("--staging {} given, but this run recorded no staging directory", path.display()),
         ),
-        (Some(path), Some(sealed)) => match inventory::staging(path) {
-            Ok(now) if !inventory::same_dir(&now.identity, &sealed.identity) => rs.push(
+        (Some(path), Some(sealed)) => match inventory::staging_open(path) {
+            Ok((now, _)) if !inventory::same_dir(&now.identity, &sealed.identity) => rs.push(
                 Code::StagingMismatch,
                 None,
                 format!(
@@ -504,7 +505,7 @@ fn judge(
                     path.display()
                 ),
             ),
-            Ok(now) => {
+            Ok((now, dir)) => {
                 if now.inventory != sealed.inventory || now.special != sealed.special {
                     rs.push(
                         Code::StagingMismatch,
@@ -513,7 +514,7 @@ fn judge(
                     );
                 }
                 // The stage of this run, changed or not: who holds it now.
-                let (found, scan) = stage_held::check(path);
+                let (found, scan) = stage_held::check(path, dir.as_fd());
                 match found {
                     Ok(found) => {
                         for f in found {
