@@ -15,7 +15,7 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use common::harness::*;
 use common::schema::{assert_valid, compile};
@@ -35,6 +35,16 @@ fn records_any(log: &Path) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// Serialises the tests that make a mount or a mount namespace. A new
+/// mount namespace copies every mount present when it is made, so a test's
+/// tmpfs copied into another test's `unshare --mount` outlives its own
+/// unmount there, and the first test would see its stage still held (as it
+/// is: the scan is right, the tests must not overlap).
+fn mount_lock() -> MutexGuard<'static, ()> {
+    static M: Mutex<()> = Mutex::new(());
+    M.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn s(p: &Path) -> &str {
@@ -370,6 +380,7 @@ fn a_bind_mount_of_a_stage_directory_elsewhere_holds_it() {
     if skip_outside_pid_ns("holder corpus (mounts)") {
         return;
     }
+    let _serial = mount_lock();
     let w = sealed_run();
     let elsewhere = w.scratch.path("elsewhere");
     std::fs::create_dir(&elsewhere).unwrap();
@@ -388,6 +399,7 @@ fn a_mount_on_a_stage_subdirectory_holds_it() {
     if skip_outside_pid_ns("holder corpus (mounts)") {
         return;
     }
+    let _serial = mount_lock();
     let w = sealed_run();
     let m = Mounted::new(&["-t", "tmpfs", "rea-test-holders"], &w.staging.join("sub"));
     let (code, v) = verify_stage(&w);
@@ -432,6 +444,7 @@ fn a_mount_in_another_mount_namespace_holds_it() {
     if skip_outside_pid_ns("holder corpus (mount namespaces)") {
         return;
     }
+    let _serial = mount_lock();
     let w = sealed_run();
     let elsewhere = w.scratch.path("elsewhere");
     std::fs::create_dir(&elsewhere).unwrap();
@@ -782,6 +795,7 @@ fn a_same_filesystem_bind_mount_in_the_stage_is_not_walked_into() {
     if skip_outside_pid_ns("holder corpus (mounts)") {
         return;
     }
+    let _serial = mount_lock();
     let w = sealed_run();
     let other = w.scratch.path("other");
     std::fs::create_dir(&other).unwrap();
@@ -815,6 +829,7 @@ fn a_stage_that_is_a_mount_root_is_not_held_by_its_own_mount() {
     if skip_outside_pid_ns("holder corpus (mounts)") {
         return;
     }
+    let _serial = mount_lock();
     let scratch = Scratch::new();
     let dir = scratch.path("own-tmpfs");
     std::fs::create_dir(&dir).unwrap();
@@ -840,6 +855,7 @@ fn a_proc_that_hides_processes_is_named_as_not_readable() {
     if skip_outside_pid_ns("holders under hidepid") {
         return;
     }
+    let _serial = mount_lock();
     let dir = tempfile::Builder::new()
         .prefix("rea-test-holders.")
         .tempdir_in("/tmp")
