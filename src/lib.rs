@@ -17,6 +17,8 @@ pub mod process;
 pub mod protocol;
 pub mod recover;
 pub mod stage;
+pub mod tell;
+pub mod timeout;
 pub mod units;
 pub mod vocab;
 pub mod watchdog;

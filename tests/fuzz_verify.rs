@@ -296,14 +296,15 @@ fn huge_sweep_log(path: &Path, parts: u32, per: u32) -> String {
         },
         staging: None,
         pass_env: Vec::new(),
+        handover: None,
     }));
     log.put(&Event::RootBound(RootBound {
-        root: Ident {
+        root: Some(Ident {
             pid: ppid,
             start_time: 1,
             uid: me.uid,
-        },
-        comm: "controller".into(),
+        }),
+        comm: Some("controller".into()),
         source: RootSource::Parent,
     }));
     log.put(&Event::StopTriggered(StopTriggered {

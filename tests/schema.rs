@@ -273,13 +273,14 @@ fn run_started(staging: Option<DirIdentity>) -> Event {
         },
         staging,
         pass_env: vec!["DISPLAY".into(), "XDG_RUNTIME_DIR".into()],
+        handover: None,
     })
 }
 
 fn root_bound() -> Event {
     Event::RootBound(RootBound {
-        root: ROOT,
-        comm: "python3".into(),
+        root: Some(ROOT),
+        comm: Some("python3".into()),
         source: RootSource::Argument,
     })
 }
@@ -366,6 +367,18 @@ fn every_kind_events() -> Vec<Event> {
         start_time: 8_412_300,
         after_ms: 180_000,
         errno: None,
+    }));
+    // A signal to the watchdog that is not a stop, forwarded (SPEC 3.7 rev 2).
+    ev.push(Event::SignalReceived(SignalReceived {
+        signal: libc::SIGUSR1,
+        name: "SIGUSR1".into(),
+        forwarded: true,
+        to: vec![Ident {
+            pid: 4130,
+            start_time: 8_412_300,
+            uid: 1000,
+        }],
+        count: 3,
     }));
     // A coalesced burst of unanswerable refusals (SPEC 3.10).
     ev.push(Event::RequestsRefused(RequestsRefused {

@@ -210,9 +210,12 @@ impl LogScan {
         match ev {
             Event::RunStarted(r) if self.run_started.is_none() => self.run_started = Some(r),
             Event::RootBound(r) => {
-                if let Some(n) = self.name(r.root.pid, r.root.start_time, Role::Root, line) {
-                    n.uid.get_or_insert(r.root.uid);
-                    n.comm.get_or_insert(r.comm);
+                let Some(root) = r.root else { return };
+                if let Some(n) = self.name(root.pid, root.start_time, Role::Root, line) {
+                    n.uid.get_or_insert(root.uid);
+                    if let Some(c) = r.comm {
+                        n.comm.get_or_insert(c);
+                    }
                 }
             }
             Event::RequestReceived(r) => {

@@ -71,6 +71,29 @@ pub struct RunStarted {
     pub bounds: Bounds,
     pub staging: Option<DirIdentity>,
     pub pass_env: Vec<String>,
+    /// exec and timeout only: how the job meets its caller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover: Option<Handover>,
+}
+
+/// How exec's job meets its caller (SPEC 3.7 rev 2): by default it is the
+/// caller's command (environment, stdin, stdout, stderr and ignored
+/// signals handed on); `--env minimal` and `--capture` give run's way.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Handover {
+    /// The caller's environment (plus REA_*), not the job environment of 3.4.
+    pub env_inherited: bool,
+    /// stdin, stdout and stderr are the caller's own descriptors (no relay,
+    /// no output accounting or cap).
+    pub stdio_inherited: bool,
+    /// The signals the caller ignored that stay ignored in the job.
+    pub kept_ignored: Vec<i32>,
+    /// The job leads its own session (false: `--foreground`, it stays in
+    /// the caller's process group).
+    pub own_session: bool,
+    /// The job's parent-death signal.
+    pub pdeathsig: i32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -80,13 +103,20 @@ pub enum RootSource {
     Parent,
     /// `--root-pid` (and `--root-start-time`).
     Argument,
+    /// None bound: the watchdog is a PID namespace's init (its parent,
+    /// pid 0, is outside the namespace; a container's entrypoint).
+    Init,
+    /// None bound: the `timeout` personality, which, like timeout(1), does
+    /// not care about its parent.
+    Unwatched,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct RootBound {
-    pub root: Ident,
-    pub comm: String,
+    /// `None` exactly when `source` is `init` or `unwatched`.
+    pub root: Option<Ident>,
+    pub comm: Option<String>,
     pub source: RootSource,
 }
 
@@ -274,6 +304,23 @@ pub struct InnerAlarm {
     pub start_time: u64,
     pub after_ms: u64,
     pub errno: Option<i32>,
+}
+
+/// A signal to the watchdog that is not a stop (SPEC 3.7 rev 2): under
+/// exec forwarded to the job's leader, under run ignored unless
+/// `--forward-signals`. `count` is how many deliveries the record stands
+/// for: the first of a burst is recorded before it is passed on, and those
+/// that follow within a second are counted into the next record (a flood
+/// of signals grows the log by one record a second per signal).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SignalReceived {
+    pub signal: i32,
+    pub name: String,
+    pub forwarded: bool,
+    /// The leaders it went to (pid and start time).
+    pub to: Vec<Ident>,
+    pub count: u64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -530,6 +577,7 @@ events! {
     SignalFailed(SignalFailed) = "signal_failed",
     AskEnded(AskEnded) = "ask_ended",
     InnerAlarm(InnerAlarm) = "inner_alarm",
+    SignalReceived(SignalReceived) = "signal_received",
     Reaped(Reaped) = "reaped",
     MappingUncertain(MappingUncertain) = "mapping_uncertain",
     StopCompleted(StopCompleted) = "stop_completed",

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 
 use super::record::{
-    Counts, Event, Ident, Outcome, Receipt, RunStarted, Sig, SignalSweep, Stage,
+    Counts, Event, Ident, Outcome, Receipt, RootSource, RunStarted, Sig, SignalSweep, Stage,
     StagingInventoried, StopCompleted, StopReason,
 };
 use super::replay_group::GroupSeen;
@@ -177,12 +177,21 @@ impl Replay {
             Event::RunStarted(s) if self.seen == 1 => self.start = Some(s),
             Event::RootBound(b) => {
                 self.second_is_root_bound |= self.seen == 2;
-                if let Some(w) = wd.filter(|w| w.uid != b.root.uid) {
-                    let detail =
-                        format!("root of uid {}, not the watchdog's {}", b.root.uid, w.uid);
+                let unbound = matches!(b.source, RootSource::Init | RootSource::Unwatched);
+                if unbound != b.root.is_none() || b.root.is_none() != b.comm.is_none() {
+                    let detail = format!(
+                        "root_bound names a root exactly when its source ({:?}) binds one",
+                        b.source
+                    );
+                    self.push(mismatch(detail));
+                }
+                if let Some((w, r)) = wd.zip(b.root).filter(|(w, r)| w.uid != r.uid) {
+                    let detail = format!("root of uid {}, not the watchdog's {}", r.uid, w.uid);
                     self.at(Code::ForeignUid, line, detail);
                 }
-                self.root.get_or_insert(b.root);
+                if let Some(r) = b.root {
+                    self.root.get_or_insert(r);
+                }
             }
             Event::StageArmed(a) => {
                 // Written once, right after root_bound, and only for a stage.

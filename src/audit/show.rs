@@ -56,7 +56,10 @@ pub fn summary(ev: &Event) -> String {
             r.bounds.kill_bound_ms,
             r.staging.as_ref().map(|s| format!(", staging {}", s.path)).unwrap_or_default()
         ),
-        Event::RootBound(r) => format!("root {} ({}) via {:?}", r.root.pid, r.comm, r.source),
+        Event::RootBound(r) => match (r.root, &r.comm) {
+            (Some(root), Some(comm)) => format!("root {} ({comm}) via {:?}", root.pid, r.source),
+            _ => format!("no root bound ({:?})", r.source),
+        },
         Event::StageArmed(a) => format!("stage {} armed: {} (inode {}) before any spawn", a.path, a.marker, a.ino),
         Event::RequestReceived(r) => format!(
             "{} {} from {}",
@@ -131,6 +134,22 @@ pub fn summary(ev: &Event) -> String {
             a.leaders_left
         ),
         Event::SignalFailed(f) => format!("signal to {} failed: errno {}", f.target.pid, f.errno),
+        Event::SignalReceived(s) => format!(
+            "{} received{}{}",
+            s.name,
+            match s.count {
+                1 => String::new(),
+                n => format!(" {n} times"),
+            },
+            match (s.forwarded, s.to.as_slice()) {
+                (false, _) => ": ignored (not a stop)".to_string(),
+                (true, []) => ": no running leader to forward it to".to_string(),
+                (true, to) => format!(
+                    ": forwarded to pid {}",
+                    to.iter().map(|i| i.pid.to_string()).collect::<Vec<_>>().join(", ")
+                ),
+            }
+        ),
         Event::InnerAlarm(a) => format!(
             "inner alarm of job {}: SIGALRM to pid {} after {}ms{}",
             a.job,

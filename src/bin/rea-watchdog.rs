@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use rea::audit::record::Mode;
+use rea::audit::record::{Handover, Mode};
 use rea::client::{resolve_program, ClientError, Session, Submit};
 use rea::contain::choice::ContainChoice;
 use rea::contain::mode::ContainRequest;
@@ -32,49 +32,6 @@ Exit status:
   close   0 positive receipt, 1 negative, 125 error
   recover 0 recovered, 1 ran but not proven, 2 refused (nothing killed),
           3 the recovery log could not be written, 125 usage";
-
-const RECOVER_HELP: &str = "\
-After a lost watchdog (SIGKILLed, crashed) its action's cgroup outlives it:
-deeper descendants may still run there. recover is the operator's explicit
-recovery. It checks, in order, and refuses (exit 2, nothing killed; the
-reason code on stderr, and in NEW when NEW can be created) when:
-  log_unreadable     LOG cannot be read
-  log_tampered       LOG's chain is broken or a record is not the writer's
-                     (a torn last line or a missing receipt is fine)
-  log_sealed         LOG has its receipt: nothing to recover
-  no_run_started     LOG names no watchdog
-  watchdog_alive     LOG's watchdog (pid and start time) still lives
-  watchdog_unknown   whether it lives cannot be told
-  no_group           LOG's action ran without a cgroup (--contain none):
-                     recovery needs containment; see rea-audit reconcile LOG
-  group_gone         the recorded group no longer exists
-  group_recreated    its directory now has another inode (made again under
-                     the same name): another group, never touched
-  group_unreachable  it cannot be looked at (not a rea- group on cgroup2)
-  recoverer_in_group this process is itself in the group
-  new_log_exists     NEW already exists (never overwritten; not recorded)
-  new_log_in_stage   NEW would be inside the stage (not created; not recorded)
-Otherwise it records the group's members (pid, start time, comm), writes
-cgroup.kill to the group opened by its recorded inode, waits at most 5 s
-(a constant) for populated 0, removes the group, inventories the stage
-(--staging DIR, else the one LOG recorded), looks for live processes still
-carrying the run's REA_RUN_ID, and seals NEW: a hash-chained log whose first
-record names LOG's run and its last intact seq and head. LOG is never
-written; its own verdict stays retain. stdout: one JSON line (outcome,
-reasons, audit_log, head, recorded, killed, log_run, log_intact_seq,
-log_intact_head). Run it in the PID namespace the watchdog ran in.
-
-Exit status: 0 recovered (group emptied and removed, nothing of the run
-left); 1 it ran but is not proven (kill_failed, still_populated,
-group_not_removed, scan_failed, run_processes_left); 2 refused, nothing
-killed; 3 NEW could not be written (stderr says whether cgroup.kill had
-been written); 125 usage.
-
-Example:
-  rea-audit reconcile /w/audit.jsonl --staging /srv/stage     # running, exit 5
-  rea-watchdog recover /w/audit.jsonl --audit-log /w/recovery.jsonl \\
-      --staging /srv/stage
-  rea-audit verify /w/recovery.jsonl --staging /srv/stage     # delete_allowed";
 
 #[derive(Parser)]
 #[command(
@@ -178,6 +135,10 @@ action stops (root_lost) and the verdict is retain.")]
         /// The root's start time (/proc/PID/stat field 22), to pin its identity.
         #[arg(long, value_name = "TICKS", requires = "root_pid")]
         root_start_time: Option<u64>,
+        /// Forward signals that are not stops (USR1, USR2, WINCH, ...) to
+        /// every running job's leader, instead of recording and ignoring them.
+        #[arg(long)]
+        forward_signals: bool,
         /// Deadline for the whole action; caps every job's deadline.
         #[arg(
             long,
@@ -212,9 +173,20 @@ the action cleanly (exit 130). Nested jobs: ARGV may run
             value_parser = parse_positive_duration
         )]
         deadline: Option<Duration>,
-        /// Stop the action if ARGV writes more than this many bytes in all.
-        #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+        /// Stop the action if ARGV writes more than this many bytes in all
+        /// (with --capture).
+        #[arg(long, value_name = "BYTES", value_parser = parse_bytes, requires = "capture")]
         output_cap: Option<u64>,
+        /// Relay ARGV's output through pipes of the watchdog's (counted and
+        /// hashed in the log; --output-cap applies) instead of handing it
+        /// this process's stdin, stdout and stderr; stdin is /dev/null.
+        #[arg(long)]
+        capture: bool,
+        /// ARGV's environment: `inherit` (this process's, with REA_*
+        /// set) or `minimal` (run's job environment: PATH LANG HOME
+        /// TMPDIR REA_* and --pass-env).
+        #[arg(long, value_name = "ENV", value_parser = ["inherit", "minimal"], default_value = "inherit")]
+        env: String,
         #[command(flatten)]
         bounds: Bounds,
         /// The command and its arguments.
@@ -276,7 +248,7 @@ while jobs run stops them first (close_while_running).")]
     Close(Ask),
     /// After a lost watchdog: end what is left in its action's cgroup and
     /// write a sealed recovery log (SPEC 8; refuses unless it is safe).
-    #[command(after_help = RECOVER_HELP)]
+    #[command(after_help = rea::recover::HELP)]
     Recover {
         /// The lost watchdog's audit log (unsealed; a torn last line is
         /// fine). Only read, never written.
@@ -332,6 +304,8 @@ fn config(mode: Mode, run_id: Option<String>, b: Bounds) -> Result<Config, Strin
         kill_bound: b.kill_bound,
         output_cap: None,
         pass_env: b.pass_env,
+        forward_signals: false,
+        handover: None,
     })
 }
 
@@ -341,9 +315,21 @@ fn parse_stop_signal(s: &str) -> Result<StopSignal, String> {
 }
 
 fn die(msg: impl std::fmt::Display) -> i32 {
-    eprintln!("rea-watchdog: {msg}");
+    rea::tell::note(msg);
     EXIT_OWN_FAILURE
 }
+
+/// Records SIGPIPE's disposition as the caller gave it, before Rust's
+/// runtime sets it to SIG_IGN (`process::dispositions`): exec hands an
+/// ignored SIGPIPE on to its job, as timeout(1) does.
+#[used]
+#[link_section = ".init_array"]
+static NOTE_SIGPIPE: extern "C" fn() = {
+    extern "C" fn note() {
+        rea::process::dispositions::note_sigpipe_before_main();
+    }
+    note
+};
 
 fn main() -> ExitCode {
     let code = match Cli::try_parse() {
@@ -390,6 +376,7 @@ fn dispatch(cmd: Cmd) -> i32 {
             root_start_time,
             action_deadline,
             output_cap,
+            forward_signals,
             bounds,
         } => {
             let contain = bounds.contain();
@@ -401,11 +388,13 @@ fn dispatch(cmd: Cmd) -> i32 {
             cfg.audit_log = audit_log;
             cfg.action_deadline = action_deadline;
             cfg.output_cap = Some(output_cap);
+            cfg.forward_signals = forward_signals;
             modes::run(
                 cfg,
                 RootChoice {
                     pid: root_pid,
                     start_time: root_start_time,
+                    unwatched: false,
                 },
                 &contain,
             )
@@ -414,6 +403,8 @@ fn dispatch(cmd: Cmd) -> i32 {
             audit_log,
             deadline,
             output_cap,
+            capture,
+            env,
             bounds,
             argv,
         } => {
@@ -424,6 +415,13 @@ fn dispatch(cmd: Cmd) -> i32 {
             };
             cfg.audit_log = audit_log.unwrap_or_default();
             cfg.output_cap = output_cap;
+            cfg.handover = Some(Handover {
+                env_inherited: env == "inherit",
+                stdio_inherited: !capture,
+                kept_ignored: Vec::new(), // filled from what the caller ignored, at start
+                own_session: true,
+                pdeathsig: libc::SIGKILL,
+            });
             modes::exec(cfg, argv, deadline, &contain)
         }
         Cmd::Submit {
@@ -443,7 +441,7 @@ fn dispatch(cmd: Cmd) -> i32 {
             match resolve_program(&argv[0]) {
                 Some(p) => argv[0] = p.to_string_lossy().into_owned(),
                 None => {
-                    eprintln!("rea-watchdog: {}: command not found", argv[0]);
+                    rea::tell::note(format_args!("{}: command not found", argv[0]));
                     return EXIT_NOT_FOUND;
                 }
             }
@@ -521,7 +519,7 @@ fn answer(
     }
     match report(&reply) {
         Some((line, good)) => {
-            println!("{line}");
+            rea::tell::line(rea::tell::Stream::Stdout, &line);
             if good {
                 0
             } else {
@@ -560,11 +558,11 @@ fn submit_status(replies: &[Reply]) -> i32 {
         }) => {
             print(stdout, &mut std::io::stdout());
             print(stderr, &mut std::io::stderr());
-            eprintln!("rea-watchdog: the action was stopped ({})", reason.as_str());
+            rea::tell::note(format_args!("the action was stopped ({})", reason.as_str()));
             EXIT_STOPPED
         }
         Some(Reply::Refused { reason, detail, .. }) => {
-            eprintln!("rea-watchdog: refused: {} ({detail})", reason.as_str());
+            rea::tell::note(format_args!("refused: {} ({detail})", reason.as_str()));
             match reason {
                 RefusalReason::NotFound => EXIT_NOT_FOUND,
                 RefusalReason::NotExecutable => EXIT_CANNOT_EXECUTE,

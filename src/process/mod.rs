@@ -1,6 +1,7 @@
 //! Processes: who they are, who descends from whom, binding, signalling, reaping.
 
 pub mod alive;
+pub mod dispositions;
 pub mod forked;
 pub mod identity;
 pub mod info;

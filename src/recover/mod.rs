@@ -18,6 +18,8 @@
 
 pub mod act;
 pub mod check;
+mod help;
+pub use help::HELP;
 pub mod log;
 pub mod record;
 pub mod rule;
@@ -69,7 +71,7 @@ pub struct Done {
 }
 
 fn say(msg: &str) {
-    eprintln!("rea-watchdog: {}", crate::audit::people::escape(msg));
+    crate::tell::note(format_args!("{}", crate::audit::people::escape(msg)));
 }
 
 impl Done {

@@ -1,15 +1,12 @@
 //! One action: the loop, and the one place where the phase moves.
 //!
-//! Everything the watchdog waits on is a descriptor in [`Sources`]; a
-//! wake-up is one `match` over what each event is about, handed to the
-//! room that owns it (intake, jobs, ownership, stop, receipt). Rooms get
-//! plain values and the ledger on loan, and return [`Effect`]s; the loop
-//! applies them here, in order, and only here does the phase change. With
-//! nothing running and nothing due the poll sleeps without a timeout: an
-//! idle watchdog makes no wakeups.
-//!
-//! The phase and its transition table are `phase.rs`; this file feeds it inputs and
-//! does what the table leaves to the loop: checking a close for leftovers, and sealing.
+//! Everything the watchdog waits on is a descriptor in [`Sources`]; a wake-up is one `match`
+//! over what each event is about, handed to the room that owns it (intake, jobs, ownership,
+//! stop, receipt). Rooms get plain values and the ledger on loan, and return [`Effect`]s; the
+//! loop applies them here, in order, and only here does the phase change. With nothing running
+//! and nothing due the poll sleeps without a timeout: an idle watchdog makes no wakeups. The
+//! phase and its transition table are `phase.rs`; this file feeds it inputs and does what the
+//! table leaves to the loop: checking a close for leftovers, and sealing.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -76,7 +73,7 @@ impl Action {
         let jobs = Jobs::new(&cfg, &state, &started, deadline).map_err(|e| fail("jobs", e))?;
         let (contained, how) = (started.contained.take(), StopStart::new(&cfg, &started));
         let me = started.me;
-        let ext = External::new(started.signals, started.root, &mut src)?;
+        let ext = External::new(started.signals, started.root, &cfg, &mut src)?;
         src.add(state.fifo.as_raw_fd(), Source::Fifo, Interest::READABLE)
             .map_err(|e| fail("request FIFO", e))?;
         let mut ledger = Ledger::new(audit);
@@ -184,7 +181,7 @@ impl Action {
 
     /// Cannot wait any more: stop what can be stopped by blocking, give up.
     fn poll_failed(&mut self, e: io::Error) {
-        eprintln!("rea-watchdog: poll failed: {e}");
+        crate::tell::note(format_args!("poll failed: {e}"));
         let t = Trigger::audit_failure(format!("poll failed: {e}"));
         self.on(Input::Trigger(t));
         while matches!(self.phase, Phase::Stopping { .. }) {
@@ -250,6 +247,7 @@ impl Action {
                     reply,
                     last,
                 } => self.send(chan, &id, &reply, last),
+                Effect::Signal(sig) => self.ext.forward(sig, &self.jobs, &mut self.ledger),
             }
         }
         // A record that could not be made durable stops everything.
@@ -307,7 +305,7 @@ impl Action {
             me: self.me,
             root: self.ext.root(),
             root_alive: self.ext.root_alive(),
-            root_caller: (self.cfg.mode == Mode::Run).then(|| self.ext.root()),
+            root_caller: self.ext.root().filter(|_| self.cfg.mode == Mode::Run),
             gate,
             fx: &mut fx,
         };
@@ -372,6 +370,8 @@ impl Action {
             return; // reaping moved the phase: not ours to seal
         };
         let reason = sealable.reason();
+        self.ext
+            .tick(Instant::now(), true, &self.jobs, &mut self.ledger);
         let populated = receipt::close_group(self.group.take(), &mut self.ledger);
         let (stop, jobs_empty) = (sealable.stop.as_mut(), self.jobs.is_empty());
         let evidence = receipt::evidence(last, self.me, stop, jobs_empty, populated);

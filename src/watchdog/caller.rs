@@ -24,7 +24,7 @@ pub type Refused = (RefusalReason, String);
 pub fn verify(
     claim: Caller,
     me: Ident,
-    root: Ident,
+    root: Option<Ident>,
     root_alive: bool,
 ) -> Result<Verified, Refused> {
     if claim.uid != me.uid {
@@ -36,7 +36,7 @@ pub fn verify(
             ),
         ));
     }
-    if claim.ident() == root {
+    if Some(claim.ident()) == root {
         // Bound at start and watched since: no new descriptor is needed, so
         // the root's stop and close work however short of them the watchdog
         // is (SPEC 3.5 "Descriptors").
@@ -83,7 +83,7 @@ pub fn verify(
         };
         // The root may be pid 1 (a PID namespace's init): compare before
         // stopping at the top of the tree.
-        if pid == root.pid && st.start_time == root.start_time {
+        if root.is_some_and(|r| pid == r.pid && st.start_time == r.start_time) {
             return Ok(Verified::Bound(fd));
         }
         if pid == 1 {
@@ -95,7 +95,9 @@ pub fn verify(
         RefusalReason::CallerNotOwned,
         format!(
             "caller pid {} descends from neither the watchdog ({}) nor the root controller ({})",
-            claim.pid, me.pid, root.pid
+            claim.pid,
+            me.pid,
+            root.map_or("none".to_string(), |r| r.pid.to_string())
         ),
     ))
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::audit::record::{Bounds, Mode};
+use crate::audit::record::{Bounds, Handover, Mode};
 use crate::clock::millis;
 
 #[derive(Clone, Debug)]
@@ -19,6 +19,25 @@ pub struct Config {
     /// Combined stdout+stderr bytes per job; `None` is uncapped (exec default).
     pub output_cap: Option<u64>,
     pub pass_env: Vec<String>,
+    /// Under run, forward signals that are not stops to the running leaders.
+    pub forward_signals: bool,
+    /// exec and timeout: how the job meets its caller (`None`: run's way,
+    /// SPEC 3.4: job environment, /dev/null, pipes, default dispositions).
+    pub handover: Option<Handover>,
+}
+
+impl Config {
+    /// The job's parent-death signal (SIGKILL unless a handover says).
+    pub fn pdeathsig(&self) -> i32 {
+        self.handover
+            .as_ref()
+            .map_or(libc::SIGKILL, |h| h.pdeathsig)
+    }
+
+    /// Whether jobs read and write the caller's own descriptors.
+    pub fn stdio_inherited(&self) -> bool {
+        self.handover.as_ref().is_some_and(|h| h.stdio_inherited)
+    }
 }
 
 impl Config {

@@ -49,7 +49,7 @@ fn shim(child: Forked, mask: &SigSet) -> ! {
     let watchdog = match bind_child(child) {
         Ok(fd) => fd,
         Err(e) => {
-            eprintln!("rea-watchdog: cannot hold the detached watchdog: {e}");
+            crate::tell::note(format_args!("cannot hold the detached watchdog: {e}"));
             std::process::exit(125);
         }
     };

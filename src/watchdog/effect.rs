@@ -37,6 +37,8 @@ pub enum Effect {
     },
     /// Close the action.
     Close(Closer),
+    /// A signal to the watchdog that is not a stop: forward or ignore it.
+    Signal(i32),
 }
 
 /// Effects in the order they were made.
@@ -55,6 +57,10 @@ impl Effects {
             reply,
             last,
         });
+    }
+
+    pub fn signal(&mut self, sig: i32) {
+        self.0.push(Effect::Signal(sig));
     }
 
     pub fn close(&mut self, by: Closer) {

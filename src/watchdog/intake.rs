@@ -70,7 +70,8 @@ pub struct Desk<'a> {
     pub replies: &'a mut Replies,
     pub state: &'a StateDir,
     pub me: Ident,
-    pub root: Ident,
+    /// `None` when no root was bound (an init, the `timeout` personality).
+    pub root: Option<Ident>,
     pub root_alive: bool,
     /// Who `job_spawned` names when the root asked (`None` in exec mode).
     pub root_caller: Option<Ident>,

@@ -33,9 +33,10 @@ pub struct Output {
 }
 
 impl Output {
-    pub fn new(pipe: File) -> Output {
+    /// `None`: the job writes the caller's own descriptor, not a pipe of ours.
+    pub fn new(pipe: Option<File>) -> Output {
         Output {
-            pipe: Some(pipe),
+            pipe,
             token: None,
             bytes: 0,
             hasher: Sha256::new(),

@@ -18,12 +18,13 @@ use mio::Interest;
 use super::config::Config;
 use super::effect::{Effects, ReplyTo};
 use super::job::{close_pipe, pump, Job, Output};
+use super::job_env::{child_setup, job_env};
 use super::ledger::Ledger;
 use super::passthrough::Passthrough;
 use super::priority::Base;
 use super::receipt::ExecResult;
 use super::sources::{Source, Sources};
-use super::spawn::{spawn, Launch};
+use super::spawn::{spawn, ChildSetup, Launch};
 use super::start::Started;
 use super::state_dir::StateDir;
 use super::stop::{Ask, Trigger};
@@ -121,6 +122,7 @@ pub struct Jobs {
     /// The action group's `cgroup.procs` (write-only): every job writes
     /// itself into it before exec (SPEC 8).
     cgroup_procs: Option<OwnedFd>,
+    child: ChildSetup,
 }
 
 impl Jobs {
@@ -135,8 +137,8 @@ impl Jobs {
         let group = started.contained.as_ref().and_then(|c| c.group.as_ref());
         let cgroup_procs = group.map(|g| g.procs_fd()).transpose()?;
         let pass = match cfg.mode {
-            Mode::Exec => Some(Passthrough::new()?),
-            Mode::Run => None,
+            Mode::Exec if !cfg.stdio_inherited() => Some(Passthrough::new()?),
+            Mode::Exec | Mode::Run => None,
         };
         Ok(Jobs {
             running: BTreeMap::new(),
@@ -151,6 +153,7 @@ impl Jobs {
             pass,
             last: None,
             cgroup_procs,
+            child: child_setup(cfg),
         })
     }
 
@@ -274,6 +277,7 @@ impl Jobs {
             nofile: self.nofile,
             priority: self.priority,
             cgroup_procs: self.cgroup_procs.as_ref().map(|f| f.as_raw_fd()),
+            child: self.child,
         };
         let sp = match spawn(&launch) {
             Ok(sp) => sp,
@@ -568,27 +572,4 @@ fn excess_output(num: u64, i: usize, cap: Option<u64>, ledger: &mut Ledger, fx: 
     }));
     let detail = format!("job {num} wrote more than {cap} bytes");
     fx.trigger(Trigger::new(StopReason::ExcessOutput, detail).job(num));
-}
-
-/// The job environment (SPEC 3.4): minimal and explicit.
-fn job_env(cfg: &Config, state: &StateDir) -> Vec<(OsString, OsString)> {
-    let inherit = |k: &str, default: &str| std::env::var_os(k).unwrap_or_else(|| default.into());
-    let mut env: Vec<(OsString, OsString)> = vec![
-        (
-            "PATH".into(),
-            inherit("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        ),
-        ("LANG".into(), inherit("LANG", "C.UTF-8")),
-        ("HOME".into(), inherit("HOME", "/")),
-        ("TMPDIR".into(), state.tmp_path().into()),
-        ("REA_RUN_ID".into(), cfg.run_id.clone().into()),
-        ("REA_STATE_DIR".into(), state.path.clone().into()),
-    ];
-    for name in &cfg.pass_env {
-        if let Some(v) = std::env::var_os(name) {
-            env.retain(|(k, _)| k != name.as_str());
-            env.push((name.into(), v));
-        }
-    }
-    env
 }

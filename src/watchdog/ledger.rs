@@ -236,7 +236,7 @@ impl Ledger {
         if self.error.is_some() {
             return;
         }
-        eprintln!("rea-watchdog: {e}; stopping the action");
+        crate::tell::note(format_args!("{e}; stopping the action"));
         self.error = Some(e.to_string());
         self.unhandled = Some(e.to_string());
     }

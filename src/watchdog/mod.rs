@@ -10,6 +10,7 @@ pub mod external;
 pub mod framer;
 pub mod intake;
 pub mod job;
+pub mod job_env;
 pub mod jobs;
 pub mod ledger;
 pub mod modes;

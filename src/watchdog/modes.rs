@@ -26,7 +26,7 @@ pub const EXIT_CANNOT_EXECUTE: i32 = 126;
 pub const EXIT_NOT_FOUND: i32 = 127;
 
 fn fail(msg: impl std::fmt::Display) -> i32 {
-    eprintln!("rea-watchdog: {msg}");
+    crate::tell::note(msg);
     EXIT_OWN_FAILURE
 }
 
@@ -51,6 +51,11 @@ fn open_action(
         None => None,
     };
     let mut started = prepare(root, new_session)?;
+    let mut cfg = cfg.clone();
+    if let Some(h) = &mut cfg.handover {
+        h.kept_ignored = started.ignored.numbers(); // read before any was changed
+    }
+    let cfg = &cfg;
     // Before the state directory and the log: `cgroup` that cannot be had
     // fails closed with nothing made and nothing launched.
     let contained = contain.apply(&cfg.run_id)?;
@@ -164,6 +169,7 @@ pub fn exec(
         &RootChoice {
             pid: None,
             start_time: None,
+            unwatched: false,
         },
         false,
         contain,
@@ -181,7 +187,7 @@ pub fn exec(
         return fail(format!("cannot write ready.json: {e}"));
     }
     if announce {
-        eprintln!("rea-watchdog: audit log {}", cfg.audit_log.display());
+        crate::tell::note(format_args!("audit log {}", cfg.audit_log.display()));
     }
     let mut argv = argv;
     if let Some(p) = argv
@@ -198,10 +204,10 @@ pub fn exec(
 /// exec's exit status for how the action ended.
 fn exec_status(fin: &Finished) -> i32 {
     if fin.head.is_none() {
-        eprintln!(
-            "rea-watchdog: the audit log could not be sealed: {}",
+        crate::tell::note(format_args!(
+            "the audit log could not be sealed: {}",
             fin.audit_error.as_deref().unwrap_or("unknown error")
-        );
+        ));
         return EXIT_OWN_FAILURE;
     }
     match fin.exec {
@@ -211,7 +217,7 @@ fn exec_status(fin: &Finished) -> i32 {
         Some(ExecResult::Exited(_)) => {}
     }
     if !fin.positive {
-        eprintln!("rea-watchdog: quiescence was not proven; see the audit log");
+        crate::tell::note("quiescence was not proven; see the audit log");
         return EXIT_OWN_FAILURE;
     }
     match (fin.outcome, fin.stop_reason, fin.signal, fin.exec) {

@@ -130,7 +130,7 @@ pub fn close_group(group: Option<ActionGroup>, ledger: &mut Ledger) -> Option<bo
         },
     };
     if !removed {
-        eprintln!("rea-watchdog: cgroup {} left in place: {detail}", id.path);
+        crate::tell::note(format_args!("cgroup {} left in place: {detail}", id.path));
     }
     ledger.append(Event::GroupRemoved(GroupRemoved {
         group: id,

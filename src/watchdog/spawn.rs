@@ -6,7 +6,10 @@
 //! empty mask, the original descriptor limit and nice value, stdin from
 //! /dev/null, stdout and stderr to pipes, every other descriptor
 //! close-on-exec. The leader's pidfd is opened before the watchdog could
-//! ever reap it.
+//! ever reap it. exec's handover (SPEC 3.7 rev 2) changes four of these:
+//! the caller's stdin, stdout and stderr, the caller's ignored signals kept
+//! ignored, the caller's process group kept (`--foreground`), and the
+//! parent-death signal (timeout's `-s`).
 
 use std::ffi::{CString, OsString};
 use std::fs::File;
@@ -19,6 +22,7 @@ use std::process::{Command, Stdio};
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 
 use super::priority::Base;
+use crate::process::dispositions::SignalBits;
 use crate::process::forked::Forked;
 use crate::process::identity::read_stat;
 use crate::process::pidfd::{bind_child, VerifiedPidFd};
@@ -29,8 +33,9 @@ pub struct Spawned {
     /// Read back after exec: the leader's session (its own pid) and parent.
     pub sid: i32,
     pub ppid: i32,
-    pub stdout: File,
-    pub stderr: File,
+    /// `None` when the job writes the caller's own stdout and stderr.
+    pub stdout: Option<File>,
+    pub stderr: Option<File>,
 }
 
 #[derive(Debug)]
@@ -51,6 +56,29 @@ pub struct Launch<'a> {
     /// places itself there first thing (before exec, so every descendant
     /// is in the group).
     pub cgroup_procs: Option<i32>,
+    pub child: ChildSetup,
+}
+
+/// What the child does between fork and exec besides the fixed steps.
+#[derive(Clone, Copy, Debug)]
+pub struct ChildSetup {
+    /// stdin, stdout and stderr: the watchdog's own (the caller's), not
+    /// /dev/null and pipes.
+    pub inherit_stdio: bool,
+    /// Signals left ignored (all others get their default action).
+    pub keep_ignored: SignalBits,
+    pub own_session: bool,
+    pub pdeathsig: i32,
+}
+
+impl ChildSetup {
+    /// run's way (SPEC 3.4).
+    pub const RUN: ChildSetup = ChildSetup {
+        inherit_stdio: false,
+        keep_ignored: SignalBits(0),
+        own_session: true,
+        pdeathsig: libc::SIGKILL,
+    };
 }
 
 fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
@@ -65,6 +93,7 @@ fn child_setup(
     nofile: libc::rlimit,
     priority: Base,
     cgroup_procs: Option<i32>,
+    how: ChildSetup,
 ) -> io::Result<()> {
     // SAFETY: plain syscalls on this (single-threaded, just forked) process.
     unsafe {
@@ -75,12 +104,12 @@ fn child_setup(
                 return Err(io::Error::last_os_error());
             }
         }
-        if libc::setsid() < 0 {
+        if how.own_session && libc::setsid() < 0 {
             return Err(io::Error::last_os_error());
         }
         if libc::prctl(
             libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
+            how.pdeathsig as libc::c_ulong,
             0,
             0,
             0,
@@ -105,7 +134,11 @@ fn child_setup(
         }
         for sig in 1..=64 {
             if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                libc::signal(sig, libc::SIG_DFL); // glibc-reserved ones fail; fine
+                let to = match how.keep_ignored.contains(sig) {
+                    true => libc::SIG_IGN,
+                    false => libc::SIG_DFL,
+                };
+                libc::signal(sig, to); // glibc-reserved ones fail; fine
             }
         }
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -213,13 +246,17 @@ pub fn spawn(l: &Launch<'_>) -> Result<Spawned, SpawnError> {
         detail: "empty argv".into(),
     })?;
     let mut cmd = Command::new(prog);
+    let io = |piped: fn() -> Stdio| match l.child.inherit_stdio {
+        true => Stdio::inherit(),
+        false => piped(),
+    };
     cmd.args(args)
         .env_clear()
         .envs(l.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let (parent, nofile, priority) = (l.watchdog_pid, l.nofile, l.priority);
+        .stdin(io(Stdio::null))
+        .stdout(io(Stdio::piped))
+        .stderr(io(Stdio::piped));
+    let (parent, nofile, priority, how) = (l.watchdog_pid, l.nofile, l.priority, l.child);
     let cgroup_procs = l.cgroup_procs;
     let exec = Execve::new(l).map_err(|detail| SpawnError {
         errno: libc::EINVAL,
@@ -229,7 +266,7 @@ pub fn spawn(l: &Launch<'_>) -> Result<Spawned, SpawnError> {
     // SAFETY: child_setup and Execve::exec only make async-signal-safe calls.
     unsafe {
         cmd.pre_exec(move || {
-            child_setup(parent, nofile, priority, cgroup_procs)?;
+            child_setup(parent, nofile, priority, cgroup_procs, how)?;
             exec.exec()
         });
     }
@@ -242,24 +279,34 @@ pub fn spawn(l: &Launch<'_>) -> Result<Spawned, SpawnError> {
         reason: RefusalReason::SpawnFailed,
         detail: format!("{what}: {e}"),
     };
-    let stdout: OwnedFd = child
-        .take_stdout()
-        .ok_or_else(|| internal("stdout pipe", io::Error::other("missing")))?
-        .into();
-    let stderr: OwnedFd = child
-        .take_stderr()
-        .ok_or_else(|| internal("stderr pipe", io::Error::other("missing")))?
-        .into();
+    let (stdout, stderr): (Option<OwnedFd>, Option<OwnedFd>) = match how.inherit_stdio {
+        true => (None, None),
+        false => (
+            Some(
+                child
+                    .take_stdout()
+                    .ok_or_else(|| internal("stdout pipe", io::Error::other("missing")))?
+                    .into(),
+            ),
+            Some(
+                child
+                    .take_stderr()
+                    .ok_or_else(|| internal("stderr pipe", io::Error::other("missing")))?
+                    .into(),
+            ),
+        ),
+    };
     // `child` is consumed without wait(): the watchdog reaps through the pidfd.
     let leader = bind_child(child).map_err(|e| internal("pidfd_open", e))?;
     let st = read_stat(pid).map_err(|e| internal("reading /proc after exec", e))?;
-    set_nonblocking(&stdout).map_err(|e| internal("stdout pipe", e))?;
-    set_nonblocking(&stderr).map_err(|e| internal("stderr pipe", e))?;
+    for fd in stdout.iter().chain(&stderr) {
+        set_nonblocking(fd).map_err(|e| internal("output pipe", e))?;
+    }
     Ok(Spawned {
         leader,
         sid: st.sid,
         ppid: st.ppid,
-        stdout: File::from(stdout),
-        stderr: File::from(stderr),
+        stdout: stdout.map(File::from),
+        stderr: stderr.map(File::from),
     })
 }

@@ -3,33 +3,27 @@
 //! CPU priority (`priority`), and route the signals that matter into a
 //! signalfd before anything is spawned.
 
-use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::config::Config;
 use super::state_dir::StateDir;
 use crate::audit::record::{DirIdentity, Event, Ident, RootBound, RootSource, RunStarted};
 use crate::contain::choice::Contained;
+use crate::process::dispositions::{self, SignalBits};
 use crate::process::identity::read_stat;
 use crate::process::pidfd::{bind_ident, BindError, VerifiedPidFd};
 
 use super::detach::detach;
 use super::priority::Base;
 
-/// The signals the loop reads from its signalfd (all blocked).
-pub const WATCHED: [Signal; 5] = [
-    Signal::SIGCHLD,
-    Signal::SIGTERM,
-    Signal::SIGINT,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-];
-
 pub struct Started {
     pub me: Ident,
-    pub root: VerifiedPidFd,
+    /// `None` for an init or the `timeout` personality (`root_source` says which).
+    pub root: Option<VerifiedPidFd>,
     pub root_source: RootSource,
     pub signals: SignalFd,
+    /// The signals the caller left ignored (exec keeps them for its job).
+    pub ignored: SignalBits,
     /// The descriptor limit before it was raised; jobs get it back.
     pub nofile: libc::rlimit,
     /// The nice value before it was raised; jobs get it back.
@@ -56,10 +50,11 @@ impl Started {
                 bounds: cfg.bounds(),
                 staging,
                 pass_env: cfg.pass_env.clone(),
+                handover: cfg.handover.clone(),
             }),
             Event::RootBound(RootBound {
-                root: self.root.ident(),
-                comm: self.root.proc().comm.clone(),
+                root: self.root.as_ref().map(|r| r.ident()),
+                comm: self.root.as_ref().map(|r| r.proc().comm.clone()),
                 source: self.root_source.clone(),
             }),
         ]
@@ -70,11 +65,19 @@ impl Started {
 pub struct RootChoice {
     pub pid: Option<i32>,
     pub start_time: Option<u64>,
+    /// Bind none (the `timeout` personality).
+    pub unwatched: bool,
 }
 
-fn bind_root(choice: &RootChoice, uid: u32) -> Result<(VerifiedPidFd, RootSource), String> {
+type Root = (Option<VerifiedPidFd>, RootSource);
+
+fn bind_root(choice: &RootChoice, uid: u32) -> Result<Root, String> {
     let (pid, source) = match choice.pid {
         Some(p) => (p, RootSource::Argument),
+        None if choice.unwatched => return Ok((None, RootSource::Unwatched)),
+        // A parent outside our PID namespace reads as pid 0: we are the
+        // namespace's init (a container's entrypoint), with no root to bind.
+        None if nix::unistd::getppid().as_raw() == 0 => return Ok((None, RootSource::Init)),
         None => (nix::unistd::getppid().as_raw(), RootSource::Parent),
     };
     // The parent may be init (pid 1 in a PID namespace is a real
@@ -99,7 +102,7 @@ fn bind_root(choice: &RootChoice, uid: u32) -> Result<(VerifiedPidFd, RootSource
         uid,
     };
     match bind_ident(ident) {
-        Ok(fd) => Ok((fd, source)),
+        Ok(fd) => Ok((Some(fd), source)),
         Err(BindError::Gone) => Err(format!(
             "root controller pid {pid} is not alive (refusing to start)"
         )),
@@ -119,6 +122,9 @@ pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String
     if nix::unistd::geteuid().as_raw() != uid {
         return Err("real and effective uid differ; run rea-watchdog as one user".into());
     }
+    // What the caller ignored, before anything here changes a disposition.
+    let ignored = dispositions::ignored_now();
+    dispositions::reset_sigchld().map_err(|e| format!("resetting SIGCHLD: {e}"))?;
     let (root, root_source) = bind_root(choice, uid)?;
 
     if new_session {
@@ -152,10 +158,9 @@ pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String
 
     let priority = Base::raise();
 
-    let mut mask = SigSet::empty();
-    for s in WATCHED {
-        mask.add(s);
-    }
+    // Every catchable signal is read from the signalfd: none of them can
+    // end the watchdog by its default action (SPEC 3.7 rev 2).
+    let mask = dispositions::watched();
     mask.thread_block()
         .map_err(|e| format!("blocking signals: {e}"))?;
     let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
@@ -173,6 +178,7 @@ pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String
         root,
         root_source,
         signals,
+        ignored,
         nofile,
         priority,
         contained: None,

@@ -31,8 +31,14 @@ use serde_json::Value;
 /// Bound for anything a test waits for: generous, for a loaded 2-core box.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
+/// The watchdog under test: this build's, or the one REA_WATCHDOG_UNDER_TEST
+/// names (to see a new test fail against an older build first).
 pub fn watchdog_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_rea-watchdog")
+    static B: OnceLock<String> = OnceLock::new();
+    B.get_or_init(|| {
+        std::env::var("REA_WATCHDOG_UNDER_TEST")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_rea-watchdog").to_string())
+    })
 }
 
 pub fn audit_bin() -> &'static str {

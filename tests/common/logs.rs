@@ -266,10 +266,11 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
         },
         staging: staging.clone(),
         pass_env: vec!["HOPPER_LICENSE_FILE".into()],
+        handover: None,
     }));
     log.rec(Event::RootBound(RootBound {
-        root,
-        comm: root_comm,
+        root: Some(root),
+        comm: Some(root_comm),
         source: RootSource::Parent,
     }));
 

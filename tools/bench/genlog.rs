@@ -52,10 +52,11 @@ fn main() {
         },
         staging: None,
         pass_env: vec![],
+        handover: None,
     }));
     log.put(&Event::RootBound(RootBound {
-        root,
-        comm: "python3".into(),
+        root: Some(root),
+        comm: Some("python3".into()),
         source: RootSource::Parent,
     }));
     let mut job = 0u64;

@@ -1,0 +1,105 @@
+//! The signal dispositions the process was started with, and the mask the
+//! watchdog reads its signals through (SPEC 3.7 rev 2).
+//!
+//! Two facts about what a caller hands over:
+//! - Ignored dispositions survive exec. timeout(1) keeps them for its
+//!   command (`trap '' PIPE; timeout 5 yes | head -1` makes `yes` report a
+//!   broken pipe), so `exec` does too; they are read here before the
+//!   watchdog changes any.
+//! - Rust's runtime sets SIGPIPE to SIG_IGN before `main`, so what the
+//!   caller gave for SIGPIPE is gone by then. The binary records it from an
+//!   `.init_array` constructor, which runs before the runtime's setup, by
+//!   calling [`note_sigpipe_before_main`].
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use nix::sys::signal::{SigSet, Signal};
+
+/// 0: not recorded (the library used from another program), 1: default,
+/// 2: ignored.
+static SIGPIPE_AT_START: AtomicU8 = AtomicU8::new(0);
+
+/// Records SIGPIPE's disposition. Only for a constructor that runs before
+/// Rust's runtime: plain syscalls, no allocation.
+pub fn note_sigpipe_before_main() {
+    if let Some(ignored) = is_ignored(libc::SIGPIPE) {
+        SIGPIPE_AT_START.store(if ignored { 2 } else { 1 }, Ordering::Relaxed);
+    }
+}
+
+fn is_ignored(sig: i32) -> Option<bool> {
+    // SAFETY: a zeroed sigaction is a valid out-buffer; a null new action
+    // only queries.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+            return None;
+        }
+        Some(old.sa_sigaction == libc::SIG_IGN)
+    }
+}
+
+/// Signals 1..=64 as a bit set (bit N-1 for signal N).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SignalBits(pub u64);
+
+impl SignalBits {
+    /// The set of these signal numbers (those outside 1..=64 left out).
+    pub fn of(sigs: &[i32]) -> SignalBits {
+        let bits = sigs
+            .iter()
+            .filter(|s| (1..=64).contains(*s))
+            .fold(0u64, |b, s| b | 1 << (s - 1));
+        SignalBits(bits)
+    }
+
+    pub fn contains(self, sig: i32) -> bool {
+        (1..=64).contains(&sig) && self.0 & (1u64 << (sig - 1)) != 0
+    }
+
+    /// The signal numbers in the set, ascending.
+    pub fn numbers(self) -> Vec<i32> {
+        (1..=64).filter(|&s| self.contains(s)).collect()
+    }
+}
+
+/// The signals whose disposition is SIG_IGN now (SIGPIPE as the caller
+/// gave it, when the binary recorded it; SIGCHLD never: an ignored SIGCHLD
+/// makes children reap themselves, which no job should inherit either).
+/// Read before the watchdog changes any.
+pub fn ignored_now() -> SignalBits {
+    let mut bits = 0u64;
+    for sig in 1..=64 {
+        let ignored = match sig {
+            libc::SIGCHLD | libc::SIGKILL | libc::SIGSTOP => false,
+            libc::SIGPIPE => SIGPIPE_AT_START.load(Ordering::Relaxed) == 2,
+            _ => is_ignored(sig).unwrap_or(false),
+        };
+        if ignored {
+            bits |= 1 << (sig - 1);
+        }
+    }
+    SignalBits(bits)
+}
+
+/// Gives SIGCHLD its default disposition: a caller's `trap '' CHLD` is
+/// inherited across exec and would make the kernel reap every child
+/// itself, so that no exit would ever be seen.
+pub fn reset_sigchld() -> std::io::Result<()> {
+    // SAFETY: installing SIG_DFL for SIGCHLD; no handler code of ours.
+    if unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) } == libc::SIG_ERR {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Every signal the watchdog reads from its signalfd: all that can be
+/// blocked (glibc's own two excepted by `sigfillset`), but SIGPIPE. A
+/// blocked signal is queued even where its disposition is SIG_IGN, so
+/// SIGPIPE stays out: it is what the watchdog's own write to a closed pipe
+/// raises, answered by EPIPE, and never anybody's request.
+pub fn watched() -> SigSet {
+    let mut set = SigSet::all();
+    set.remove(Signal::SIGPIPE);
+    set
+}
