@@ -413,3 +413,152 @@ fn run_records_and_ignores_other_signals() {
     assert_eq!(usr1[0]["forwarded"], false);
     assert_eq!(usr1[0]["to"], serde_json::json!([]));
 }
+
+fn start_time_of(pid: i32) -> u64 {
+    rea::process::identity::read_stat(pid).unwrap().start_time
+}
+
+/// `sleep & exec rea-watchdog exec -- job` (a sidecar): the sleep is the
+/// watchdog's child but not its own: recorded as inherited, never
+/// signalled, still alive after exec exited with the job's status.
+#[test]
+fn a_child_present_before_exec_is_inherited_and_never_touched() {
+    if skip_outside_pid_ns("exec inherited child") {
+        return;
+    }
+    let e = Exec::new();
+    let script = format!(
+        "sleep 600 </dev/null >/dev/null 2>&1 & echo $!; exec {} exec --audit-log {} -- /bin/sh -c 'read -r _; exit 5'",
+        watchdog_bin(),
+        e.log.display()
+    );
+    let mut child = Command::new("/bin/sh")
+        .args(["-c", &script])
+        .env("TMPDIR", e.scratch.dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let pid: i32 = line.trim().parse().unwrap();
+    let mut held = Held::default();
+    let ident = rea::audit::record::Ident {
+        pid,
+        start_time: start_time_of(pid),
+        uid: uid(),
+    };
+    held.add("sidecar", ident);
+    // The log exists once the watchdog started: then the job may end.
+    let until = Instant::now() + PATIENCE;
+    while !e.log.exists() {
+        assert!(Instant::now() < until, "exec never started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let status = wait_child(&mut child, PATIENCE);
+    assert_eq!(status.code(), Some(5), "the job's status, not a stop");
+    assert!(
+        !held.get("sidecar").has_exited(),
+        "the inherited sleep was ended"
+    );
+    let recs = e.records();
+    let h = &recs[0]["data"]["handover"];
+    assert_eq!(h["inherited_total"], 1, "{h}");
+    assert_eq!(h["inherited"][0]["pid"], pid, "{h}");
+    assert!(
+        of_kind(&recs, "signal_sweep").is_empty() && of_kind(&recs, "stop_triggered").is_empty(),
+        "{:?}",
+        kinds(&recs)
+    );
+    let (code, v) = e.verify();
+    assert_eq!(code, 0, "{v:#}");
+    // `held` SIGKILLs the sleep through its pidfd when dropped.
+}
+
+/// `unshare --pid --fork rea-watchdog exec -- ARGV`: exec as a PID
+/// namespace's init. No root to bind (recorded as `init`); the job's
+/// status passes through; 100 orphans the job leaves to exit are reaped.
+#[test]
+fn as_pid_1_exec_passes_the_status_on_and_reaps_orphans() {
+    if skip_outside_pid_ns("exec as pid 1") {
+        return;
+    }
+    let e = Exec::new();
+    let job = "for i in $(seq 100); do (sleep 0.01 &); done; sleep 0.5; exit 3";
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "--"])
+        .arg(watchdog_bin())
+        .args(["exec", "--audit-log"])
+        .arg(&e.log)
+        .args(["--", "/bin/sh", "-c", job])
+        .env("TMPDIR", e.scratch.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let recs = e.records();
+    let root = &recs[1]["data"];
+    assert_eq!(root["source"], "init", "{root}");
+    assert_eq!(root["root"], Value::Null, "{root}");
+    let reaped: usize = of_kind(&recs, "reaped")
+        .iter()
+        .map(|r| r["data"]["processes"].as_array().unwrap().len())
+        .sum();
+    assert!(reaped >= 100, "{reaped} orphans reaped");
+    let (code, v) = e.verify();
+    assert_eq!(code, 0, "{v:#}");
+}
+
+/// As PID 1, signals still reach the watchdog (blocked, so the kernel does
+/// not drop them for an init without a handler): USR1 is forwarded and the
+/// watchdog lives; TERM then stops the job, whose status (dead of TERM)
+/// is exec's.
+#[test]
+fn as_pid_1_usr1_is_forwarded_and_term_stops() {
+    if skip_outside_pid_ns("exec as pid 1, signals") {
+        return;
+    }
+    let e = Exec::new();
+    let script = "import signal, sys, time\n\
+                  signal.signal(signal.SIGUSR1, lambda *_: print('usr1', flush=True))\n\
+                  print('ready', flush=True)\n\
+                  time.sleep(600)";
+    let mut child = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "--"])
+        .arg(watchdog_bin())
+        .args(["exec", "--audit-log"])
+        .arg(&e.log)
+        .args(["--", python(), "-c", script])
+        .env("TMPDIR", e.scratch.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    read_until(&mut out, "ready");
+    // The watchdog is unshare's one child (pid 1 inside, another here).
+    let kids =
+        std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))
+            .unwrap();
+    let wpid: i32 = kids.split_whitespace().next().unwrap().parse().unwrap();
+    let mut held = Held::default();
+    let wd = held.add(
+        "watchdog",
+        rea::audit::record::Ident {
+            pid: wpid,
+            start_time: start_time_of(wpid),
+            uid: uid(),
+        },
+    );
+    wd.signal(Signal::SIGUSR1).unwrap();
+    read_until(&mut out, "usr1");
+    assert!(!wd.has_exited(), "USR1 ended the watchdog");
+    wd.signal(Signal::SIGTERM).unwrap();
+    let status = wait_child(&mut child, PATIENCE);
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+    let (code, v) = e.verify();
+    assert_eq!(code, 0, "{v:#}");
+}

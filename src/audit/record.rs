@@ -94,6 +94,11 @@ pub struct Handover {
     pub own_session: bool,
     /// The job's parent-death signal.
     pub pdeathsig: i32,
+    /// Children (and their subtrees) the process already had when exec
+    /// began: not the action's, never signalled (`process::inherited`);
+    /// the first 64 named, `inherited_total` counts them all.
+    pub inherited: Vec<Proc>,
+    pub inherited_total: u64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -362,9 +367,11 @@ pub struct StopCompleted {
     pub reason: StopReason,
     pub sweeps: u32,
     pub elapsed_ms: u64,
-    /// `waitid(P_ALL)` said ECHILD.
+    /// `waitid(P_ALL)` said ECHILD (for an exec with inherited children:
+    /// said nothing is waitable, and every child left was an inherited
+    /// one, by pid and start time; see `process::inherited`).
     pub echild: bool,
-    /// The last `/proc` scan found no descendant.
+    /// The last `/proc` scan found no descendant (inherited subtrees left out).
     pub scan_empty: bool,
     /// Descendants still seen when the kill bound ran out (0 on success).
     pub left: u64,

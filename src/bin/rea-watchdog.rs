@@ -421,6 +421,8 @@ fn dispatch(cmd: Cmd) -> i32 {
                 kept_ignored: Vec::new(), // filled from what the caller ignored, at start
                 own_session: true,
                 pdeathsig: libc::SIGKILL,
+                inherited: Vec::new(), // the children it has at start
+                inherited_total: 0,
             });
             modes::exec(cfg, argv, deadline, &contain)
         }

@@ -5,6 +5,7 @@ pub mod dispositions;
 pub mod forked;
 pub mod identity;
 pub mod info;
+pub mod inherited;
 pub mod pidfd;
 pub mod reap;
 pub mod scan;

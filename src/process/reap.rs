@@ -25,6 +25,19 @@ pub enum Peek {
     Waitable(Zombie),
 }
 
+impl Peek {
+    /// No child of `me` is left that is the action's: ECHILD, or (a
+    /// watchdog with inherited children) nothing waitable and every child
+    /// left an inherited one (`process::inherited`).
+    pub fn none_left(&self, me: i32) -> bool {
+        match self {
+            Peek::NoChildren => true,
+            Peek::NothingWaitable => super::inherited::only_inherited_left(me),
+            Peek::Waitable(_) => false,
+        }
+    }
+}
+
 /// A child that the `WNOWAIT` peek found waitable: exited, not reaped.
 ///
 /// Only [`peek`] makes one (the field is private), and reaping consumes

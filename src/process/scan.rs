@@ -51,7 +51,11 @@ pub fn descendants_known(
     }
     while let Some(p) = frontier.pop() {
         if let Some(kids) = children.remove(&p) {
-            for k in kids {
+            // An inherited child and its subtree are not the action's.
+            for k in kids
+                .into_iter()
+                .filter(|k| !super::inherited::is_inherited(k))
+            {
                 frontier.push(k.pid);
                 out.push(k);
             }

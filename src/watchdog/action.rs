@@ -162,7 +162,7 @@ impl Action {
         match &mut self.phase {
             Phase::Stopping { wake, stop, .. } => {
                 let (asking, reap) = (children && stop.asking(), stop.reap_now(children, now));
-                if now >= *wake || asking || (reap && self.reap() == Peek::NoChildren) {
+                if now >= *wake || asking || (reap && self.reap().none_left(self.me.pid)) {
                     self.step_stop(now);
                 }
             }
@@ -219,7 +219,7 @@ impl Action {
         if !matches!(self.phase, Phase::Running { closing: Some(_) }) {
             return; // reaping found something to stop
         }
-        if last == Peek::NoChildren {
+        if last.none_left(self.me.pid) {
             return self.finalize(); // which cross-checks with a scan
         }
         match ownership::left_at_close(self.me) {

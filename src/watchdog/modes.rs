@@ -54,6 +54,9 @@ fn open_action(
     let mut cfg = cfg.clone();
     if let Some(h) = &mut cfg.handover {
         h.kept_ignored = started.ignored.numbers(); // read before any was changed
+        let inherited = crate::process::inherited::adopt_at_start(started.me.pid);
+        h.inherited_total = inherited.len() as u64;
+        h.inherited = inherited.into_iter().take(64).collect();
     }
     let cfg = &cfg;
     // Before the state directory and the log: `cgroup` that cannot be had

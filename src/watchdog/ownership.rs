@@ -209,9 +209,9 @@ pub fn classify(
 /// all (every orphan comes back to the subreaper) and `/proc` is not read.
 /// Unprovable descendants are recorded as uncertain mappings here.
 pub fn after_job_exit(last: &Peek, me: Ident, jobs: &Jobs, ledger: &mut Ledger) -> Option<Trigger> {
-    let scan = match last {
-        Peek::NoChildren => Vec::new(),
-        _ => match descendants(me.pid) {
+    let scan = match last.none_left(me.pid) {
+        true => Vec::new(),
+        false => match descendants(me.pid) {
             Ok(s) => s,
             Err(e) => {
                 let detail = format!("cannot scan /proc: {e}");

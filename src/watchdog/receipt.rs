@@ -100,7 +100,7 @@ pub fn evidence(
         None => (true, None),
     };
     Evidence {
-        echild: last == Peek::NoChildren,
+        echild: last.none_left(me.pid),
         scan_empty,
         held_exited: held_exited && jobs_empty,
         stop: done,

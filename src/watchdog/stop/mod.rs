@@ -244,7 +244,7 @@ impl Stopper {
         if grace_over && !self.group_killed && host.group().is_some() {
             self.kill_group(host);
         }
-        let echild = host.reap() == Peek::NoChildren;
+        let echild = host.reap().none_left(host.me().pid);
         self.held.fds.retain(|_, fd| !fd.has_exited());
         // The ask step needs no scan: its leaders are known by identity.
         // ECHILD proves there is no descendant at all (every orphan comes
