@@ -149,6 +149,8 @@ pub enum Sig {
     Usr1,
     #[serde(rename = "SIGUSR2")]
     Usr2,
+    #[serde(rename = "SIGALRM")]
+    Alrm,
 }
 
 impl Sig {
@@ -162,6 +164,7 @@ impl Sig {
             Sig::Quit => libc::SIGQUIT,
             Sig::Usr1 => libc::SIGUSR1,
             Sig::Usr2 => libc::SIGUSR2,
+            Sig::Alrm => libc::SIGALRM,
         }
     }
 
@@ -176,14 +179,16 @@ impl Sig {
             Sig::Quit => "SIGQUIT",
             Sig::Usr1 => "SIGUSR1",
             Sig::Usr2 => "SIGUSR2",
+            Sig::Alrm => "SIGALRM",
         }
     }
 }
 
 /// What a job's leader is asked to stop with (SPEC 3.3 `stop_signal`,
 /// 3.5 step 3), spelled as in requests: `TERM` (the default), `INT`,
-/// `HUP`, `QUIT`, `USR1`, `USR2`. Never KILL or STOP: asking is a
-/// request the runtime can act on.
+/// `HUP`, `QUIT`, `USR1`, `USR2`, `ALRM` (timeout's `-s ALRM`, as in a
+/// cascade of timeouts). Never KILL or STOP: asking is a request the
+/// runtime can act on.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum StopSignal {
@@ -194,11 +199,12 @@ pub enum StopSignal {
     Quit,
     Usr1,
     Usr2,
+    Alrm,
 }
 
 impl StopSignal {
     /// Every spelling a request may use, for messages and `--help`.
-    pub const NAMES: &'static str = "TERM, INT, HUP, QUIT, USR1, USR2";
+    pub const NAMES: &'static str = "TERM, INT, HUP, QUIT, USR1, USR2, ALRM";
 
     /// The signal as a sweep record spells it.
     pub fn sig(self) -> Sig {
@@ -209,6 +215,7 @@ impl StopSignal {
             StopSignal::Quit => Sig::Quit,
             StopSignal::Usr1 => Sig::Usr1,
             StopSignal::Usr2 => Sig::Usr2,
+            StopSignal::Alrm => Sig::Alrm,
         }
     }
 
@@ -224,6 +231,7 @@ impl StopSignal {
             "QUIT" => StopSignal::Quit,
             "USR1" => StopSignal::Usr1,
             "USR2" => StopSignal::Usr2,
+            "ALRM" => StopSignal::Alrm,
             _ => return None,
         })
     }

@@ -151,7 +151,7 @@ def _duration_ms(seconds):
     return ms
 
 
-STOP_SIGNALS = ("TERM", "INT", "HUP", "QUIT", "USR1", "USR2")
+STOP_SIGNALS = ("TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "ALRM")
 
 
 def _stop_signal(sig):
@@ -386,7 +386,7 @@ class Client:
         `deadline` is in seconds; `inner_alarm` (seconds, below the deadline)
         is the runtime's own alarm: SIGALRM to the job's leader at that
         instant, recorded, not a stop. `stop_signal` ("TERM", the default,
-        "INT", "HUP", "QUIT", "USR1", "USR2") is what the leader is asked to
+        "INT", "HUP", "QUIT", "USR1", "USR2", "ALRM") is what the leader is asked to
         stop with when the action stops: it alone is asked first, and the
         rest of its tree gets SIGTERM once it has exited or half the TERM
         grace has passed. Raises `Refused` (nothing launched)."""

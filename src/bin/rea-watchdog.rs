@@ -332,6 +332,29 @@ static NOTE_SIGPIPE: extern "C" fn() = {
 };
 
 fn main() -> ExitCode {
+    // The `timeout` personality reads coreutils' command line, not ours.
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let becomes_watchdog = |a: &OsString| a == "run" || a == "exec" || a == "timeout";
+    if args.get(1).is_some_and(becomes_watchdog)
+        || args
+            .first()
+            .is_some_and(|a| rea::timeout::invoked_as_timeout(a))
+    {
+        rea::process::dispositions::block_early();
+    }
+    let timeout = match args.get(1) {
+        Some(a) if a == "timeout" => Some(&args[2..]),
+        _ if args
+            .first()
+            .is_some_and(|a| rea::timeout::invoked_as_timeout(a)) =>
+        {
+            Some(&args[1..])
+        }
+        _ => None,
+    };
+    if let Some(rest) = timeout {
+        return ExitCode::from(rea::timeout::main(rest).clamp(0, 255) as u8);
+    }
     let code = match Cli::try_parse() {
         Ok(cli) => dispatch(cli.cmd),
         Err(e) => {

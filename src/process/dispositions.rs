@@ -103,3 +103,65 @@ pub fn watched() -> SigSet {
     set.remove(Signal::SIGPIPE);
     set
 }
+
+/// The kernel's `struct sigaction` (handler, flags, restorer, mask), as
+/// `rt_sigaction` takes it on the 64-bit Linux targets.
+#[repr(C)]
+struct KernelSigaction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
+}
+
+/// Sets `sig`'s disposition with the raw syscall (glibc's wrapper refuses
+/// its own two). Async-signal-safe: also for a child between fork and exec.
+fn raw_disposition(sig: i32, handler: libc::sighandler_t) -> bool {
+    let act = KernelSigaction {
+        handler,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    // SAFETY: a valid kernel sigaction for SIG_IGN/SIG_DFL (no handler
+    // code, no restorer needed), no old-action buffer, the kernel's 8-byte
+    // sigset size.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            sig,
+            &act as *const KernelSigaction,
+            std::ptr::null_mut::<KernelSigaction>(),
+            8usize,
+        )
+    };
+    r == 0
+}
+
+/// glibc keeps signals 32 and 33 for itself: `sigfillset` leaves them out
+/// of every mask and `signal` refuses them, so their default action
+/// (terminate) would stay, and `kill -32` would end the watchdog. They are
+/// ignored instead (the watchdog never cancels a thread nor calls
+/// setuid, the two uses glibc has for them).
+pub fn ignore_glibc_reserved() {
+    for sig in [32, 33] {
+        raw_disposition(sig, libc::SIG_IGN);
+    }
+}
+
+/// For a job, between fork and exec: 32 and 33 back to their default (an
+/// ignored disposition would survive exec).
+pub fn default_glibc_reserved() {
+    for sig in [32, 33] {
+        raw_disposition(sig, libc::SIG_DFL);
+    }
+}
+
+/// Blocks [`watched`] in this thread, as early as a subcommand that will
+/// become a watchdog is known (before the first record, so a signal sent
+/// right after the start waits in the queue instead of killing it), and
+/// ignores glibc's reserved two.
+pub fn block_early() {
+    ignore_glibc_reserved();
+    let _ = watched().thread_block();
+}

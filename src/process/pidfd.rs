@@ -60,13 +60,20 @@ impl VerifiedPidFd {
     /// exited) is Ok: the pidfd still names the process it was bound to,
     /// never a successor.
     pub fn signal(&self, sig: Signal) -> io::Result<()> {
+        self.signal_number(sig as libc::c_int)
+    }
+
+    /// [`VerifiedPidFd::signal`] by number, for the signals nix has no
+    /// name for (the real-time ones exec forwards). The one place in the
+    /// crate that calls `pidfd_send_signal`.
+    pub fn signal_number(&self, sig: libc::c_int) -> io::Result<()> {
         // SAFETY: pidfd_send_signal(pidfd, sig, info = NULL, flags = 0) on
         // an fd this value owns; the kernel reads no memory of ours.
         let r = unsafe {
             libc::syscall(
                 libc::SYS_pidfd_send_signal,
                 self.fd.as_raw_fd(),
-                sig as libc::c_int,
+                sig,
                 std::ptr::null::<libc::siginfo_t>(),
                 0u32,
             )

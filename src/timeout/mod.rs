@@ -1,4 +1,178 @@
 //! The `timeout` personality (SPEC 3.7 rev 2): rea-watchdog invoked as
-//! `timeout` takes coreutils' command line.
+//! `timeout` (argv\[0\]'s basename, or `rea-watchdog timeout ...`) takes
+//! coreutils' command line ([`args`]), exit statuses and `-v` messages, and
+//! is exec besides: the whole tree is owned (escapees are stopped too), an
+//! audit log is written, and no root is bound.
+//!
+//! How coreutils' semantics map onto the stop procedure (SPEC 3.5):
+//! - DURATION is the job's deadline; `-s SIG` is what its leader is asked
+//!   to stop with (the ask step), and its parent-death signal.
+//! - `-k DUR` is the TERM grace: KILL follows DUR after the first signal.
+//!   Without `-k` the grace is exec's (0.5 s): unlike coreutils, a command
+//!   still running then is KILLed rather than waited for.
+//! - 124 after a time-out, 137 when its leader had to be KILLed, the
+//!   command's status with `--preserve-status` (128+N for signal N) and
+//!   whenever the command ended on its own (its escapees stopped or not).
+//!
+//! Not supported yet (refused with 125, nothing run): `-s` with a signal
+//! other than TERM, INT, HUP, QUIT, USR1, USR2, ALRM and KILL.
 
 pub mod args;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use self::args::{Limit, Parsed, TimeoutArgs};
+use crate::audit::record::{Handover, Mode, Outcome, StopReason};
+use crate::contain::choice::ContainChoice;
+use crate::contain::mode::ContainRequest;
+use crate::tell::{line, Stream};
+use crate::vocab::{RefusalReason, Status, StopSignal};
+use crate::watchdog::config::{new_run_id, Config};
+use crate::watchdog::modes::{self, ExecHow, EXIT_OWN_FAILURE};
+use crate::watchdog::receipt::{ExecResult, Finished};
+
+/// Longer than this is no time-out at all (it would not fit an `Instant`).
+const LONGEST: Duration = Duration::from_secs(u32::MAX as u64);
+
+/// True when the program was invoked as `timeout`.
+pub fn invoked_as_timeout(argv0: &std::ffi::OsStr) -> bool {
+    std::path::Path::new(argv0).file_name() == Some(std::ffi::OsStr::new("timeout"))
+}
+
+/// `timeout ARGS...` (ARGS without argv\[0\]): the exit status.
+pub fn main(args: &[OsString]) -> i32 {
+    let a = match args::parse(args) {
+        Ok(Parsed::Run(a)) => a,
+        Ok(Parsed::Help) => return say(Stream::Stdout, args::help_text().trim_end(), 0),
+        Ok(Parsed::Version) => {
+            let v = format!("timeout (rea-watchdog) {}", env!("CARGO_PKG_VERSION"));
+            return say(Stream::Stdout, v, 0);
+        }
+        Err(msg) => return say(Stream::Stderr, msg, EXIT_OWN_FAILURE),
+    };
+    let (stop_signal, grace) = match stop_for(&a) {
+        Ok(x) => x,
+        Err(msg) => return say(Stream::Stderr, msg, EXIT_OWN_FAILURE),
+    };
+    let run_id = new_run_id();
+    let audit_log = match std::env::var_os("REA_AUDIT_LOG") {
+        Some(p) => PathBuf::from(p),
+        None => std::env::temp_dir().join(format!("rea-timeout-{run_id}.jsonl")),
+    };
+    let cfg = Config {
+        mode: Mode::Exec,
+        run_id,
+        state_dir: PathBuf::new(),
+        audit_log,
+        staging: None,
+        action_deadline: None,
+        term_grace: grace,
+        kill_bound: Duration::from_secs(3),
+        output_cap: None,
+        pass_env: Vec::new(),
+        forward_signals: false,
+        handover: Some(Handover {
+            env_inherited: true,
+            stdio_inherited: true,
+            kept_ignored: Vec::new(),
+            own_session: !a.foreground,
+            pdeathsig: a.signal,
+            inherited: Vec::new(),
+            inherited_total: 0,
+        }),
+    };
+    let how = ExecHow {
+        deadline: match a.duration {
+            Limit::After(d) if d <= LONGEST => Some(d),
+            _ => None,
+        },
+        stop_signal,
+        announce: false,
+        unwatched: true,
+    };
+    let contain = ContainChoice {
+        request: ContainRequest::Auto,
+        root_override: None,
+    };
+    match modes::exec_action(cfg, a.command.clone(), &how, &contain) {
+        Ok(fin) => status(&a, &fin),
+        Err(code) => code,
+    }
+}
+
+fn say(stream: Stream, text: impl std::fmt::Display, code: i32) -> i32 {
+    line(stream, text);
+    code
+}
+
+/// `-s` as the ask signal, `-k` as the TERM grace. `-s KILL` asks with
+/// TERM and has no grace: the KILL stage comes at once.
+fn stop_for(a: &TimeoutArgs) -> Result<(StopSignal, Duration), String> {
+    let grace = match a.kill_after {
+        Limit::After(d) => d.min(LONGEST),
+        Limit::Never => Duration::from_millis(500),
+    };
+    let sig = match a.signal {
+        libc::SIGTERM => StopSignal::Term,
+        libc::SIGINT => StopSignal::Int,
+        libc::SIGHUP => StopSignal::Hup,
+        libc::SIGQUIT => StopSignal::Quit,
+        libc::SIGUSR1 => StopSignal::Usr1,
+        libc::SIGUSR2 => StopSignal::Usr2,
+        libc::SIGALRM => StopSignal::Alrm,
+        libc::SIGKILL => return Ok((StopSignal::Term, Duration::ZERO)),
+        other => {
+            return Err(format!(
+                "timeout: rea's timeout cannot send signal {} yet (TERM, INT, HUP, QUIT, USR1, USR2, ALRM or KILL)",
+                args::signal_name(other)
+            ))
+        }
+    };
+    Ok((sig, grace))
+}
+
+/// coreutils' exit status for how the action ended (module doc), with the
+/// `-v` lines and the messages for 126 and 127.
+fn status(a: &TimeoutArgs, fin: &Finished) -> i32 {
+    let name = args::quote(a.command[0].as_encoded_bytes());
+    match fin.exec {
+        Some(ExecResult::Failed(RefusalReason::NotFound)) => {
+            let msg = format!("timeout: failed to run command {name}: No such file or directory");
+            return say(Stream::Stderr, msg, modes::EXIT_NOT_FOUND);
+        }
+        Some(ExecResult::Failed(RefusalReason::NotExecutable)) => {
+            let msg = format!("timeout: failed to run command {name}: Permission denied");
+            return say(Stream::Stderr, msg, modes::EXIT_CANNOT_EXECUTE);
+        }
+        _ => {}
+    }
+    if fin.head.is_none() || !fin.positive {
+        return modes::exec_status(fin); // 125, with its message
+    }
+    let job = match fin.exec {
+        Some(ExecResult::Exited(s)) => s,
+        _ => return EXIT_OWN_FAILURE,
+    };
+    let timed_out =
+        fin.outcome == Outcome::Stopped && fin.stop_reason == Some(StopReason::Deadline);
+    if timed_out && a.verbose {
+        let sent = args::signal_name(a.signal);
+        line(
+            Stream::Stderr,
+            format_args!("timeout: sending signal {sent} to command {name}"),
+        );
+        if job == Status::Signal(libc::SIGKILL) && a.signal != libc::SIGKILL {
+            line(
+                Stream::Stderr,
+                format_args!("timeout: sending signal KILL to command {name}"),
+            );
+        }
+    }
+    match (timed_out, job) {
+        (true, Status::Signal(libc::SIGKILL)) => 128 + libc::SIGKILL,
+        (true, _) if !a.preserve_status => modes::EXIT_STOPPED,
+        (_, s) => s.shell_code(),
+    }
+}

@@ -370,8 +370,7 @@ impl Action {
             return; // reaping moved the phase: not ours to seal
         };
         let reason = sealable.reason();
-        self.ext
-            .tick(Instant::now(), true, &self.jobs, &mut self.ledger);
+        self.ext.flush_signals(&mut self.ledger);
         let populated = receipt::close_group(self.group.take(), &mut self.ledger);
         let (stop, jobs_empty) = (sealable.stop.as_mut(), self.jobs.is_empty());
         let evidence = receipt::evidence(last, self.me, stop, jobs_empty, populated);

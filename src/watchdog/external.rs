@@ -53,6 +53,8 @@ pub struct External {
 struct Forwarder {
     last: [Option<Instant>; 65],
     unrecorded: [u64; 65],
+    /// The leaders the unrecorded deliveries went to.
+    unrecorded_to: [Vec<Ident>; 65],
 }
 
 impl Default for Forwarder {
@@ -60,6 +62,7 @@ impl Default for Forwarder {
         Forwarder {
             last: [None; 65],
             unrecorded: [0; 65],
+            unrecorded_to: std::array::from_fn(|_| Vec::new()),
         }
     }
 }
@@ -130,19 +133,18 @@ impl External {
         children
     }
 
-    /// A signal that is not a stop: passed to every running job's leader
-    /// (under exec; under run with `--forward-signals`), else only
-    /// recorded. The first of a burst is recorded (durably) before it is
-    /// passed on; later ones within [`RECORD_EVERY`] are counted for the
-    /// next record ([`External::tick`]).
+    /// A signal that is not a stop (real-time ones too): passed to every
+    /// running job's leader (under exec; under run with
+    /// `--forward-signals`), else only recorded. The first of a burst is
+    /// recorded (durably) before it is passed on; later ones within
+    /// [`RECORD_EVERY`] are counted, with the leaders they went to, into
+    /// that signal's next record, or the one [`External::flush_signals`] writes
+    /// before the receipt (a watchdog SIGKILLed before then loses them).
     pub fn forward(&mut self, sig: i32, jobs: &Jobs, ledger: &mut Ledger) {
-        let (now, leaders) = (Instant::now(), jobs.running());
-        let Ok(signal) = Signal::try_from(sig) else {
-            return self.note(sig, false, Vec::new(), ledger, now); // real-time: not forwarded
-        };
+        let now = Instant::now();
         let forwarding = self.mode == Mode::Exec || self.forward_run;
         let to: Vec<&VerifiedPidFd> = match forwarding {
-            true => leaders.map(|j| &j.leader).collect(),
+            true => jobs.running().map(|j| &j.leader).collect(),
             false => Vec::new(),
         };
         self.note(
@@ -153,7 +155,7 @@ impl External {
             now,
         );
         for l in to {
-            let _ = l.signal(signal); // an exited leader is Ok: its pidfd names it still
+            let _ = l.signal_number(sig); // an exited leader is Ok: its pidfd names it still
         }
     }
 
@@ -169,37 +171,29 @@ impl External {
         match self.fwd.last[i] {
             Some(t) if now.saturating_duration_since(t) < RECORD_EVERY => {
                 self.fwd.unrecorded[i] += 1;
+                merge(&mut self.fwd.unrecorded_to[i], to);
             }
             _ => {
                 let count = std::mem::take(&mut self.fwd.unrecorded[i]) + 1;
+                let mut all = std::mem::take(&mut self.fwd.unrecorded_to[i]);
+                merge(&mut all, to);
                 self.fwd.last[i] = Some(now);
-                ledger.record(received(sig, forwarded, to, count));
+                ledger.record(received(sig, forwarded, all, count));
             }
         }
     }
 
-    /// Records the deliveries counted but not yet recorded: those whose
-    /// signal's last record is [`RECORD_EVERY`] old (every one when
-    /// `all`: the loop calls it before the receipt). Not synced: they
-    /// announce nothing the receipt does not.
-    pub fn tick(&mut self, now: Instant, all: bool, jobs: &Jobs, ledger: &mut Ledger) {
+    /// Records every delivery counted but not yet recorded, before the
+    /// receipt. Appended, not synced: they announce nothing the receipt
+    /// does not.
+    pub fn flush_signals(&mut self, ledger: &mut Ledger) {
+        let forwarding = self.mode == Mode::Exec || self.forward_run;
         for i in 1..=64usize {
-            let n = self.fwd.unrecorded[i];
-            let due =
-                self.fwd.last[i].is_some_and(|t| now.saturating_duration_since(t) >= RECORD_EVERY);
-            if n == 0 || !(all || due) {
-                continue;
+            let n = std::mem::take(&mut self.fwd.unrecorded[i]);
+            if n > 0 {
+                let to = std::mem::take(&mut self.fwd.unrecorded_to[i]);
+                ledger.append(received(i as i32, forwarding, to, n));
             }
-            let sig = i as i32;
-            let forwarding =
-                Signal::try_from(sig).is_ok() && (self.mode == Mode::Exec || self.forward_run);
-            let to = match forwarding {
-                true => jobs.running().map(|j| j.leader.ident()).collect(),
-                false => Vec::new(),
-            };
-            self.fwd.unrecorded[i] = 0;
-            self.fwd.last[i] = Some(now);
-            ledger.append(received(sig, forwarding, to, n));
         }
     }
 
@@ -211,6 +205,15 @@ impl External {
         if let Some(t) = self.root_token.take() {
             src.remove(t, root.as_fd().as_raw_fd());
             fx.trigger(Trigger::root_lost(root.proc()));
+        }
+    }
+}
+
+/// Adds the leaders in `to` that `seen` lacks (a handful: one per job).
+fn merge(seen: &mut Vec<Ident>, to: Vec<Ident>) {
+    for x in to {
+        if !seen.contains(&x) {
+            seen.push(x);
         }
     }
 }

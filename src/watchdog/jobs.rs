@@ -57,14 +57,14 @@ pub struct LaunchRequest {
 
 impl LaunchRequest {
     /// exec mode: the one job, ARGV, with output passed through.
-    pub fn exec(argv: &[OsString], deadline: Option<Duration>) -> LaunchRequest {
+    pub fn exec(argv: &[OsString], deadline: Option<Duration>, stop: StopSignal) -> LaunchRequest {
         LaunchRequest {
             id: "exec".into(),
             argv: argv.to_vec(),
             name: None,
             deadline,
             inner_alarm: None,
-            stop_signal: StopSignal::Term,
+            stop_signal: stop,
             capture: Capture::Discard,
             caller: None,
             caller_ident: None,

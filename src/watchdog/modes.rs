@@ -145,49 +145,76 @@ pub fn run(cfg: Config, root: RootChoice, contain: &ContainChoice) -> i32 {
 /// `rea-watchdog exec`: ARGV's status, 124 stopped (128+N when a signal to
 /// the watchdog stopped it), 125 own failure, 126/127 cannot execute/find.
 pub fn exec(
-    mut cfg: Config,
+    cfg: Config,
     argv: Vec<OsString>,
     deadline: Option<std::time::Duration>,
     contain: &ContainChoice,
 ) -> i32 {
+    let how = ExecHow {
+        deadline,
+        stop_signal: crate::vocab::StopSignal::Term,
+        announce: true,
+        unwatched: false,
+    };
+    match exec_action(cfg, argv, &how, contain) {
+        Ok(fin) => exec_status(&fin),
+        Err(code) => code,
+    }
+}
+
+/// What differs between `exec` and the `timeout` personality.
+pub struct ExecHow {
+    pub deadline: Option<std::time::Duration>,
+    /// What ARGV's leader is asked to stop with.
+    pub stop_signal: crate::vocab::StopSignal,
+    /// Name the log on stderr when it was not given (exec; timeout is quiet).
+    pub announce: bool,
+    /// Bind no root (timeout does not care about its parent).
+    pub unwatched: bool,
+}
+
+/// Runs ARGV as a one-job action to its sealed end; `Err` is the exit
+/// status of a failure before anything was launched (said on stderr).
+pub fn exec_action(
+    mut cfg: Config,
+    argv: Vec<OsString>,
+    how: &ExecHow,
+    contain: &ContainChoice,
+) -> Result<Finished, i32> {
     let base = std::env::var_os("TMPDIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/tmp"));
     let state_path = match mkdtemp(&base, "rea-exec.") {
         Ok(p) => p,
         Err(e) => {
-            return fail(format!(
+            return Err(fail(format!(
                 "cannot create a private state directory in {}: {e}",
                 base.display()
-            ))
+            )))
         }
     };
     cfg.state_dir = state_path.clone();
-    let announce = cfg.audit_log.as_os_str().is_empty();
-    if announce {
+    let announce = cfg.audit_log.as_os_str().is_empty() && how.announce;
+    if cfg.audit_log.as_os_str().is_empty() {
         cfg.audit_log = base.join(format!("rea-exec-{}.jsonl", cfg.run_id));
     }
-    let mut action = match open_action(
-        &cfg,
-        &RootChoice {
-            pid: None,
-            start_time: None,
-            unwatched: false,
-        },
-        false,
-        contain,
-    ) {
+    let root = RootChoice {
+        pid: None,
+        start_time: None,
+        unwatched: how.unwatched,
+    };
+    let mut action = match open_action(&cfg, &root, false, contain) {
         Ok(a) => a,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&state_path);
-            return fail(e);
+            return Err(fail(e));
         }
     };
     // Nested `rea-watchdog submit` from inside ARGV finds and binds this
     // watchdog through ready.json, as with `run` (not printed: stdout is ARGV's).
     if let Err(e) = action.state().write_ready(&ready_line(&action, &cfg)) {
         let _ = std::fs::remove_dir_all(&state_path);
-        return fail(format!("cannot write ready.json: {e}"));
+        return Err(fail(format!("cannot write ready.json: {e}")));
     }
     if announce {
         crate::tell::note(format_args!("audit log {}", cfg.audit_log.display()));
@@ -200,12 +227,12 @@ pub fn exec(
     {
         argv[0] = p.into_os_string();
     }
-    action.launch(LaunchRequest::exec(&argv, deadline));
-    exec_status(&action.run())
+    action.launch(LaunchRequest::exec(&argv, how.deadline, how.stop_signal));
+    Ok(action.run())
 }
 
 /// exec's exit status for how the action ended.
-fn exec_status(fin: &Finished) -> i32 {
+pub fn exec_status(fin: &Finished) -> i32 {
     if fin.head.is_none() {
         crate::tell::note(format_args!(
             "the audit log could not be sealed: {}",

@@ -138,9 +138,10 @@ fn child_setup(
                     true => libc::SIG_IGN,
                     false => libc::SIG_DFL,
                 };
-                libc::signal(sig, to); // glibc-reserved ones fail; fine
+                libc::signal(sig, to); // glibc-reserved ones fail: set below
             }
         }
+        crate::process::dispositions::default_glibc_reserved();
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());

@@ -160,6 +160,7 @@ pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String
 
     // Every catchable signal is read from the signalfd: none of them can
     // end the watchdog by its default action (SPEC 3.7 rev 2).
+    dispositions::ignore_glibc_reserved();
     let mask = dispositions::watched();
     mask.thread_block()
         .map_err(|e| format!("blocking signals: {e}"))?;
