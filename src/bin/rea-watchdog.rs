@@ -157,10 +157,14 @@ action stops (root_lost) and the verdict is retain.")]
     #[command(after_help = "\
 Example:
   rea-watchdog exec --deadline 60 -- make -j2 check
-ARGV's output goes to this process's stdout/stderr (counted; uncapped unless
---output-cap). Orphans ARGV leaves behind are stopped (exit 124). Ctrl-C stops
-the action cleanly (exit 130). Nested jobs: ARGV may run
-`rea-watchdog submit -- ...` (REA_STATE_DIR is set for it).")]
+ARGV is this process's command: its environment (--env minimal: run's), its
+stdin, stdout and stderr (--capture: relayed, counted, --output-cap), and the
+signals it ignores. Orphans ARGV leaves behind are stopped (exit 124); children
+this process had before exec began are left alone. Ctrl-C stops the action
+cleanly (exit 130); ALRM is the deadline now; USR1, USR2, WINCH and the other
+signals are forwarded to ARGV. Nested jobs: ARGV may run
+`rea-watchdog submit -- ...` (REA_STATE_DIR is set for it). As `timeout` (a
+symlink, or `rea-watchdog timeout --help`) it takes coreutils' command line.")]
     Exec {
         /// Where to write the audit log (default: a private file, path on stderr).
         #[arg(long, value_name = "FILE")]

@@ -661,7 +661,7 @@ def case_spawn(spec):
     res["closed_disk"], res["rc_disk"] = close_watchdog(wd, client)
     res["closed_tmpfs"], res["rc_tmpfs"] = close_watchdog(wd2, client2)
     # Whole-process: rea-watchdog exec -- true against timeout 10 true.
-    ex = {m: [] for m in ("timeout", "exec", "exec_tmpfs")}
+    ex = {m: [] for m in ("timeout", "exec", "exec_tmpfs", "rea_timeout")}
     exbad = {m: 0 for m in ex}
     disk_env = dict(os.environ, TMPDIR=spec["scratch"])
     shm_env = dict(os.environ, TMPDIR=spec["tmpfs"])
@@ -680,6 +680,10 @@ def case_spawn(spec):
             dt, rc = spawn_wait(b["rea-watchdog"], ["rea-watchdog", "exec", "--", true], shm_env)
             ex["exec_tmpfs"].append(dt)
             exbad["exec_tmpfs"] += rc != 0
+            # rea's timeout personality: the same binary, argv[0] "timeout".
+            dt, rc = spawn_wait(b["rea-watchdog"], ["timeout", "10", true], disk_env)
+            ex["rea_timeout"].append(dt)
+            exbad["rea_timeout"] += rc != 0
     res["lat_ns"] = lat
     res["failures"] = bad
     res["exec_ns"] = ex
