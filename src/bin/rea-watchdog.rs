@@ -19,20 +19,6 @@ use rea::watchdog::modes::{
 };
 use rea::watchdog::start::RootChoice;
 
-const EXIT_HELP: &str = "\
-Exit status:
-  run     0 sealed with a positive receipt, 1 sealed negative or unsealed,
-          125 could not start (nothing was launched)
-  exec    ARGV's status (128+N if killed by signal N); 124 the action was
-          stopped (deadline, orphans, excess output...); 128+N a signal N to
-          the watchdog stopped it (130 for Ctrl-C); 125 rea-watchdog's own
-          failure; 126 ARGV cannot be executed; 127 ARGV not found
-  submit  the job's status; 124 stopped; 125 refused or error; 126/127
-  stop    0 stopped and quiescent, 1 stopped without proof, 125 error
-  close   0 positive receipt, 1 negative, 125 error
-  recover 0 recovered, 1 ran but not proven, 2 refused (nothing killed),
-          3 the recovery log could not be written, 125 usage";
-
 #[derive(Parser)]
 #[command(
     name = "rea-watchdog",
@@ -43,7 +29,7 @@ own session, every orphan comes back to it (child subreaper), and on any stop tr
 TERMs, then KILLs, only processes it has bound to a verified pidfd, until waitid says ECHILD \
 and /proc shows no descendant. Every decision goes into a SHA-256 hash-chained audit log; \
 `rea-audit verify` decides from it whether the staging directory may be deleted.",
-    after_help = EXIT_HELP
+    after_help = rea::watchdog::help::EXIT_HELP
 )]
 struct Cli {
     #[command(subcommand)]

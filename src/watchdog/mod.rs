@@ -8,6 +8,7 @@ pub mod detach;
 pub mod effect;
 pub mod external;
 pub mod framer;
+pub mod help;
 pub mod intake;
 pub mod job;
 pub mod job_env;
