@@ -562,3 +562,38 @@ fn as_pid_1_usr1_is_forwarded_and_term_stops() {
     let (code, v) = e.verify();
     assert_eq!(code, 0, "{v:#}");
 }
+
+/// glibc's own 32 and 33 (left out of every sigfillset mask) do not end
+/// the watchdog, and a real-time signal is forwarded like any other.
+#[test]
+fn signals_32_33_spare_the_watchdog_and_real_time_ones_are_forwarded() {
+    if skip_outside_pid_ns("exec 32 33 rt") {
+        return;
+    }
+    let e = Exec::new();
+    let script = "import signal, sys\n\
+                  rt = signal.SIGRTMIN + 2\n\
+                  signal.signal(rt, lambda *_: print('rt', flush=True))\n\
+                  print('ready', flush=True)\n\
+                  sys.stdin.read()\n\
+                  sys.exit(9)";
+    let mut child = e
+        .command(&[], &[python(), "-c", script])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let wd = rea::process::pidfd::bind_unwaited_child(&child).unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    read_until(&mut out, "ready");
+    wd.signal_number(32).unwrap();
+    wd.signal_number(33).unwrap();
+    wd.signal_number(libc::SIGRTMIN() + 2).unwrap();
+    read_until(&mut out, "rt");
+    assert!(!wd.has_exited(), "the watchdog died");
+    drop(child.stdin.take());
+    let status = wait_child(&mut child, PATIENCE);
+    assert_eq!(status.code(), Some(9), "{status:?}");
+    let rt = signal_records(&e.records(), &format!("SIG{}", libc::SIGRTMIN() + 2));
+    assert_eq!(rt.len(), 1, "{rt:?}");
+    assert_eq!(rt[0]["forwarded"], true);
+}

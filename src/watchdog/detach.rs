@@ -32,15 +32,18 @@ pub fn detach() -> io::Result<()> {
         mask.add(s);
     }
     mask.add(Signal::SIGCHLD);
-    // Blocked before the fork so that none is lost between fork and wait;
-    // the child unblocks them again.
+    // Blocked before the fork so that none is lost between fork and wait.
+    // The child, the watchdog, keeps what it blocked (`main` blocked the
+    // whole watched set: `prepare` reads them all from its signalfd). The
+    // shim blocks exactly these, so that any other signal (a hangup of the
+    // caller's group) has its default action on the shim alone.
     mask.thread_block().map_err(io::Error::from)?;
     match Forked::fork()? {
-        Fork::Child => {
-            mask.thread_unblock().map_err(io::Error::from)?;
-            Ok(())
+        Fork::Child => Ok(()),
+        Fork::Parent(child) => {
+            let _ = mask.thread_set_mask();
+            shim(child, &mask)
         }
-        Fork::Parent(child) => shim(child, &mask),
     }
 }
 
