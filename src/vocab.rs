@@ -219,6 +219,21 @@ impl StopSignal {
         }
     }
 
+    /// The stop signal numbered `sig`, if it is one.
+    pub fn from_number(sig: i32) -> Option<StopSignal> {
+        [
+            StopSignal::Term,
+            StopSignal::Int,
+            StopSignal::Hup,
+            StopSignal::Quit,
+            StopSignal::Usr1,
+            StopSignal::Usr2,
+            StopSignal::Alrm,
+        ]
+        .into_iter()
+        .find(|s| s.sig().number() == sig)
+    }
+
     /// Parses a request's or a command line's spelling (`TERM`, also
     /// `SIGTERM`, any case); `None` for anything else.
     pub fn parse(s: &str) -> Option<StopSignal> {

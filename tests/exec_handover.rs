@@ -414,10 +414,6 @@ fn run_records_and_ignores_other_signals() {
     assert_eq!(usr1[0]["to"], serde_json::json!([]));
 }
 
-fn start_time_of(pid: i32) -> u64 {
-    rea::process::identity::read_stat(pid).unwrap().start_time
-}
-
 /// `sleep & exec rea-watchdog exec -- job` (a sidecar): the sleep is the
 /// watchdog's child but not its own: recorded as inherited, never
 /// signalled, still alive after exec exited with the job's status.
@@ -445,12 +441,7 @@ fn a_child_present_before_exec_is_inherited_and_never_touched() {
     out.read_line(&mut line).unwrap();
     let pid: i32 = line.trim().parse().unwrap();
     let mut held = Held::default();
-    let ident = rea::audit::record::Ident {
-        pid,
-        start_time: start_time_of(pid),
-        uid: uid(),
-    };
-    held.add("sidecar", ident);
+    held.add_pid("sidecar", pid);
     // The log exists once the watchdog started: then the job may end.
     let until = Instant::now() + PATIENCE;
     while !e.log.exists() {
@@ -545,14 +536,7 @@ fn as_pid_1_usr1_is_forwarded_and_term_stops() {
             .unwrap();
     let wpid: i32 = kids.split_whitespace().next().unwrap().parse().unwrap();
     let mut held = Held::default();
-    let wd = held.add(
-        "watchdog",
-        rea::audit::record::Ident {
-            pid: wpid,
-            start_time: start_time_of(wpid),
-            uid: uid(),
-        },
-    );
+    let wd = held.add_pid("watchdog", wpid);
     wd.signal(Signal::SIGUSR1).unwrap();
     read_until(&mut out, "usr1");
     assert!(!wd.has_exited(), "USR1 ended the watchdog");

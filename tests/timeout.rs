@@ -292,15 +292,7 @@ fn a_pre_existing_child_is_neither_waited_for_nor_signalled() {
         .unwrap();
     let pid: i32 = line.trim().parse().unwrap();
     let mut held = Held::default();
-    let start_time = rea::process::identity::read_stat(pid).unwrap().start_time;
-    held.add(
-        "sleep",
-        rea::audit::record::Ident {
-            pid,
-            start_time,
-            uid: uid(),
-        },
-    );
+    held.add_pid("sleep", pid);
     let status = wait_child(&mut child, PATIENCE);
     assert_eq!(status.code(), Some(0));
     assert!(

@@ -9,6 +9,8 @@
 
 use std::ffi::{CStr, CString, OsStr};
 use std::io::{self, Read};
+
+use crate::process::identity::is_gone;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
@@ -40,10 +42,6 @@ pub struct Looked {
 }
 
 /// Gone: the process exited (or was reaped) while it was looked at.
-fn gone(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH))
-}
-
 /// The holds found so far, the first [`MAX_HOLDS`] named.
 struct Holds {
     named: Vec<Hold>,
@@ -131,7 +129,7 @@ pub fn look(proc: BorrowedFd<'_>, pid: i32, tree: &Tree, scratch: &mut Vec<u8>) 
     };
     let pd: OwnedFd = match openat(proc, name.as_c_str(), dir_flags(), Mode::empty()) {
         Ok(fd) => fd,
-        Err(e) if gone(&e.into()) => return Looked::default(),
+        Err(e) if is_gone(&e.into()) => return Looked::default(),
         Err(e) => {
             return Looked {
                 unreadable: Some(Unreadable {
@@ -177,24 +175,24 @@ pub fn look(proc: BorrowedFd<'_>, pid: i32, tree: &Tree, scratch: &mut Vec<u8>) 
                 }
             }
             // A zombie or a kernel thread has none; a gone process neither.
-            Err(e) if gone(&e) => {}
+            Err(e) if is_gone(&e) => {}
             Err(e) => unread(part.to_str().unwrap_or(""), &e),
         }
     }
     match fds(v, tree, &mut holds) {
         Ok(None) => {}
         Ok(Some((n, e))) => unread(&format!("fd {n}"), &e),
-        Err(e) if gone(&e) => {}
+        Err(e) if is_gone(&e) => {}
         Err(e) => unread("fd", &e),
     }
     match read_into(v, c"maps", scratch) {
         Ok(()) => mappings(scratch, tree, &mut holds),
-        Err(e) if gone(&e) => {}
+        Err(e) if is_gone(&e) => {}
         Err(e) => unread("maps", &e),
     }
     match statx::at(v, c"ns/mnt", true) {
         Ok(st) => mnt_ns = Some(st.ino),
-        Err(e) if gone(&e) => {}
+        Err(e) if is_gone(&e) => {}
         Err(e) => unread("ns/mnt", &e),
     }
     let roots = holds.roots.clone();
@@ -255,7 +253,7 @@ fn fds(pd: BorrowedFd<'_>, tree: &Tree, holds: &mut Holds) -> io::Result<Option<
         };
         let st = match statx::at(fdd, name, true) {
             Ok(st) => st,
-            Err(e) if gone(&e) => continue, // closed meanwhile
+            Err(e) if is_gone(&e) => continue, // closed meanwhile
             Err(e) => {
                 // One fd refused (a FUSE mount denying root its getattr):
                 // named, and the others still looked at.

@@ -8,6 +8,8 @@
 
 use std::collections::BTreeMap;
 use std::io;
+
+use crate::process::identity::is_gone;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::time::Instant;
@@ -18,10 +20,6 @@ use nix::sys::stat::Mode;
 
 use super::tree::Tree;
 use super::{loops, mounts, procs, statx, HolderScan, Unreadable, MAX_HOLDERS, MAX_OTHERS};
-
-fn is_gone(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH))
-}
 
 /// Processes kept per other mount namespace, to read its mounts through
 /// (the first may exit before its turn comes).

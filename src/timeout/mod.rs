@@ -114,21 +114,14 @@ fn stop_for(a: &TimeoutArgs) -> Result<(StopSignal, Duration), String> {
         Limit::After(d) => d.min(LONGEST),
         Limit::Never => Duration::from_millis(500),
     };
-    let sig = match a.signal {
-        libc::SIGTERM => StopSignal::Term,
-        libc::SIGINT => StopSignal::Int,
-        libc::SIGHUP => StopSignal::Hup,
-        libc::SIGQUIT => StopSignal::Quit,
-        libc::SIGUSR1 => StopSignal::Usr1,
-        libc::SIGUSR2 => StopSignal::Usr2,
-        libc::SIGALRM => StopSignal::Alrm,
-        libc::SIGKILL => return Ok((StopSignal::Term, Duration::ZERO)),
-        other => {
-            return Err(format!(
-                "timeout: rea's timeout cannot send signal {} yet (TERM, INT, HUP, QUIT, USR1, USR2, ALRM or KILL)",
-                args::signal_name(other)
-            ))
-        }
+    if a.signal == libc::SIGKILL {
+        return Ok((StopSignal::Term, Duration::ZERO));
+    }
+    let Some(sig) = StopSignal::from_number(a.signal) else {
+        return Err(format!(
+            "timeout: rea's timeout cannot send signal {} yet (TERM, INT, HUP, QUIT, USR1, USR2, ALRM or KILL)",
+            args::signal_name(a.signal)
+        ));
     };
     Ok((sig, grace))
 }

@@ -142,7 +142,7 @@ impl External {
     /// before the receipt (a watchdog SIGKILLed before then loses them).
     pub fn forward(&mut self, sig: i32, jobs: &Jobs, ledger: &mut Ledger) {
         let now = Instant::now();
-        let forwarding = self.mode == Mode::Exec || self.forward_run;
+        let forwarding = self.forwarding();
         let to: Vec<&VerifiedPidFd> = match forwarding {
             true => jobs.running().map(|j| &j.leader).collect(),
             false => Vec::new(),
@@ -187,7 +187,7 @@ impl External {
     /// receipt. Appended, not synced: they announce nothing the receipt
     /// does not.
     pub fn flush_signals(&mut self, ledger: &mut Ledger) {
-        let forwarding = self.mode == Mode::Exec || self.forward_run;
+        let forwarding = self.forwarding();
         for i in 1..=64usize {
             let n = std::mem::take(&mut self.fwd.unrecorded[i]);
             if n > 0 {
@@ -195,6 +195,11 @@ impl External {
                 ledger.append(received(i as i32, forwarding, to, n));
             }
         }
+    }
+
+    /// Whether signals that are not stops go on to the leaders.
+    fn forwarding(&self) -> bool {
+        self.mode == Mode::Exec || self.forward_run
     }
 
     /// The root's pidfd is readable: a `root_lost` trigger, once.

@@ -676,6 +676,22 @@ impl Held {
         &self.fds.last().unwrap().1
     }
 
+    /// Adds a live process by pid alone: its start time is read now, its
+    /// uid is this test's (a process the test saw start, by its report).
+    pub fn add_pid(&mut self, role: &str, pid: i32) -> &VerifiedPidFd {
+        let start_time = rea::process::identity::read_stat(pid)
+            .unwrap_or_else(|e| panic!("{role} pid {pid}: {e}"))
+            .start_time;
+        self.add(
+            role,
+            Ident {
+                pid,
+                start_time,
+                uid: uid(),
+            },
+        )
+    }
+
     pub fn get(&self, role: &str) -> &VerifiedPidFd {
         &self
             .fds
