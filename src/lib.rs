@@ -16,6 +16,7 @@ pub mod inventory;
 pub mod process;
 pub mod protocol;
 pub mod recover;
+pub mod signame;
 pub mod stage;
 pub mod tell;
 pub mod timeout;

@@ -130,57 +130,108 @@ pub enum Stage {
     Kill,
 }
 
-/// The signals a sweep sends, spelled as people read them.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Sig {
-    #[serde(rename = "SIGTERM")]
-    Term,
-    #[serde(rename = "SIGCONT")]
-    Cont,
-    #[serde(rename = "SIGKILL")]
-    Kill,
-    #[serde(rename = "SIGINT")]
-    Int,
-    #[serde(rename = "SIGHUP")]
-    Hup,
-    #[serde(rename = "SIGQUIT")]
-    Quit,
-    #[serde(rename = "SIGUSR1")]
-    Usr1,
-    #[serde(rename = "SIGUSR2")]
-    Usr2,
-    #[serde(rename = "SIGALRM")]
-    Alrm,
+/// Why the ask step ended (SPEC 3.5 step 3).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum AskEnd {
+    /// Every leader asked has exited: TERM goes to whatever is left.
+    LeadersExited,
+    /// Half the TERM grace passed with a leader still alive.
+    HalfGrace,
+    /// timeout's `-k` duration passed with a leader still alive: KILL
+    /// follows at once, with no TERM sweep.
+    KillAfter,
+    /// No leader still alive could be sent its stop signal (a
+    /// `signal_failed` record says why): TERM follows at once.
+    AskFailed,
 }
 
+/// How long a stop's ask step (SPEC 3.5 step 3) lasts, and what follows
+/// it. Recorded in `run_started`'s bounds (absent means `HalfGrace`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum AskSpan {
+    /// SPEC 3.5: until every leader asked has exited or half the TERM
+    /// grace has passed; then TERM to every descendant still alive.
+    #[default]
+    HalfGrace,
+    /// timeout(1) without `-k`: until every leader asked has exited,
+    /// however long that takes; then TERM to what is left (its escapees)
+    /// for the TERM grace, then KILL.
+    UntilExit,
+    /// timeout(1)'s `-k DUR`: until every leader asked has exited (then
+    /// as `UntilExit`) or DUR has passed; then KILL at once, no TERM.
+    KillAfterMs(u64),
+}
+
+impl AskSpan {
+    pub fn is_half_grace(&self) -> bool {
+        *self == AskSpan::HalfGrace
+    }
+}
+
+/// A signal, spelled in records as people read it: `SIGTERM`, `SIGUSR1`,
+/// `SIGRTMIN+2`; one with no name as `SIG` and its number (`SIG0`,
+/// `SIG32`). One spelling per signal ([`crate::signame::name`], the names
+/// `timeout -v` prints), so a record can be compared as written.
+///
+/// Open (any number 0..=64), because timeout's `-s` may ask a leader to
+/// stop with any signal (`-s 0` probes, `-s STOP` pauses); the watchdog's
+/// own sweeps send only [`Sig::TERM`], [`Sig::CONT`] and [`Sig::KILL`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Sig(i32);
+
 impl Sig {
-    pub fn number(self) -> i32 {
-        match self {
-            Sig::Term => libc::SIGTERM,
-            Sig::Cont => libc::SIGCONT,
-            Sig::Kill => libc::SIGKILL,
-            Sig::Int => libc::SIGINT,
-            Sig::Hup => libc::SIGHUP,
-            Sig::Quit => libc::SIGQUIT,
-            Sig::Usr1 => libc::SIGUSR1,
-            Sig::Usr2 => libc::SIGUSR2,
-            Sig::Alrm => libc::SIGALRM,
-        }
+    pub const TERM: Sig = Sig(libc::SIGTERM);
+    pub const CONT: Sig = Sig(libc::SIGCONT);
+    pub const KILL: Sig = Sig(libc::SIGKILL);
+    pub const INT: Sig = Sig(libc::SIGINT);
+    pub const HUP: Sig = Sig(libc::SIGHUP);
+    pub const QUIT: Sig = Sig(libc::SIGQUIT);
+    pub const USR1: Sig = Sig(libc::SIGUSR1);
+    pub const USR2: Sig = Sig(libc::SIGUSR2);
+    pub const ALRM: Sig = Sig(libc::SIGALRM);
+
+    /// The signal numbered `n`, if Linux has one (0, the probe, included).
+    pub fn from_number(n: i32) -> Option<Sig> {
+        (0..=crate::signame::SIGNUM_BOUND as i32)
+            .contains(&n)
+            .then_some(Sig(n))
     }
 
-    /// The name people read: `SIGTERM`, `SIGUSR1`, ...
-    pub fn name(self) -> &'static str {
-        match self {
-            Sig::Term => "SIGTERM",
-            Sig::Cont => "SIGCONT",
-            Sig::Kill => "SIGKILL",
-            Sig::Int => "SIGINT",
-            Sig::Hup => "SIGHUP",
-            Sig::Quit => "SIGQUIT",
-            Sig::Usr1 => "SIGUSR1",
-            Sig::Usr2 => "SIGUSR2",
-            Sig::Alrm => "SIGALRM",
-        }
+    pub fn number(self) -> i32 {
+        self.0
+    }
+
+    /// The name people read: `SIGTERM`, `SIGUSR1`, `SIGRTMIN+2`, `SIG0`.
+    pub fn name(self) -> String {
+        format!("SIG{}", crate::signame::name(self.0))
+    }
+
+    /// The inverse of [`Sig::name`], and nothing else: no alias
+    /// (`SIGIOT`), no other case, no number where a name exists.
+    pub fn from_name(s: &str) -> Option<Sig> {
+        let base = s.strip_prefix("SIG")?;
+        let n = crate::signame::str2sig(base.as_bytes())?;
+        let sig = Sig::from_number(n)?;
+        (sig.name() == s).then_some(sig)
+    }
+}
+
+impl Serialize for Sig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Sig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Sig, D::Error> {
+        let s = std::borrow::Cow::<str>::deserialize(d)?;
+        Sig::from_name(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "{s:?} is not a signal as records spell it (SIGTERM, SIGRTMIN+2, SIG0)"
+            ))
+        })
     }
 }
 
@@ -209,13 +260,13 @@ impl StopSignal {
     /// The signal as a sweep record spells it.
     pub fn sig(self) -> Sig {
         match self {
-            StopSignal::Term => Sig::Term,
-            StopSignal::Int => Sig::Int,
-            StopSignal::Hup => Sig::Hup,
-            StopSignal::Quit => Sig::Quit,
-            StopSignal::Usr1 => Sig::Usr1,
-            StopSignal::Usr2 => Sig::Usr2,
-            StopSignal::Alrm => Sig::Alrm,
+            StopSignal::Term => Sig::TERM,
+            StopSignal::Int => Sig::INT,
+            StopSignal::Hup => Sig::HUP,
+            StopSignal::Quit => Sig::QUIT,
+            StopSignal::Usr1 => Sig::USR1,
+            StopSignal::Usr2 => Sig::USR2,
+            StopSignal::Alrm => Sig::ALRM,
         }
     }
 

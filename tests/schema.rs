@@ -270,6 +270,7 @@ fn run_started(staging: Option<DirIdentity>) -> Event {
             term_grace_ms: 500,
             kill_bound_ms: 3000,
             output_cap: None,
+            ask: AskSpan::KillAfterMs(1500),
         },
         staging,
         pass_env: vec!["DISPLAY".into(), "XDG_RUNTIME_DIR".into()],
@@ -340,7 +341,7 @@ fn every_kind_events() -> Vec<Event> {
             caller: Some(ROOT),
             deadline_ms: Some(200_000),
             capture: Capture::Capture,
-            stop_signal: Sig::Usr1,
+            stop_signal: Sig::USR1,
         }),
         Event::RequestReceived(RequestReceived {
             id: None,
@@ -432,7 +433,7 @@ fn every_kind_events() -> Vec<Event> {
             caller: None,
             deadline_ms: None,
             capture: Capture::Discard,
-            stop_signal: Sig::Term,
+            stop_signal: Sig::TERM,
         }),
         Event::OutputCapped(OutputCapped {
             job: 1,
@@ -459,27 +460,26 @@ fn every_kind_events() -> Vec<Event> {
             ][i % 4],
         }));
     }
-    // The ask step (SPEC 3.5 step 3): every signal a leader may be asked with.
-    let asked = [
-        Sig::Usr1,
-        Sig::Usr2,
-        Sig::Int,
-        Sig::Hup,
-        Sig::Quit,
-        Sig::Term,
-    ];
+    // The ask step (SPEC 3.5 step 3): every signal a leader may be asked
+    // with (timeout's -s: any of 0..=64, each in its one spelling).
+    let asked: Vec<Sig> = (0..=64).map(|n| Sig::from_number(n).unwrap()).collect();
     for (i, sig) in asked.into_iter().enumerate() {
         ev.push(Event::SignalSweep(SignalSweep {
             sweep: 1,
             part: i as u32,
             stage: Stage::Ask,
-            signals: vec![sig, Sig::Cont],
+            signals: vec![sig, Sig::CONT],
             targets: vec![proc_(4130, WD.pid, "python3")],
             others: vec![],
             cont: Vec::new(),
         }));
     }
-    for reason in [AskEnd::HalfGrace, AskEnd::LeadersExited] {
+    for reason in [
+        AskEnd::HalfGrace,
+        AskEnd::LeadersExited,
+        AskEnd::KillAfter,
+        AskEnd::AskFailed,
+    ] {
         ev.push(Event::AskEnded(AskEnded {
             reason,
             after_ms: 250,
@@ -491,7 +491,7 @@ fn every_kind_events() -> Vec<Event> {
             sweep: 2,
             part: 0,
             stage: Stage::Term,
-            signals: vec![Sig::Term],
+            signals: vec![Sig::TERM],
             targets: vec![
                 proc_(4130, WD.pid, "python3"),
                 proc_(4133, WD.pid, "HopperDaemon"),
@@ -507,7 +507,7 @@ fn every_kind_events() -> Vec<Event> {
         Event::SignalFailed(SignalFailed {
             sweep: 1,
             target: proc_(4140, WD.pid, "launcher").ident(),
-            signal: Sig::Cont,
+            signal: Sig::CONT,
             errno: 3,
         }),
         Event::JobExited(JobExited {
@@ -558,7 +558,7 @@ fn every_kind_events() -> Vec<Event> {
             sweep: 3,
             part: 0,
             stage: Stage::Kill,
-            signals: vec![Sig::Kill],
+            signals: vec![Sig::KILL],
             targets: vec![proc_(4133, WD.pid, "HopperDaemon")],
             others: vec![],
             cont: Vec::new(),
@@ -837,6 +837,54 @@ fn every_kind_written_by_the_library_matches_the_schema() {
             .collect::<Vec<_>>()
     );
     assert_log_matches_schema(&path);
+}
+
+/// A signal has one spelling in records: what `timeout -v` calls it,
+/// after `SIG`; the reader takes that and nothing else.
+#[test]
+fn signals_are_spelled_once_and_read_back() {
+    for n in 0..=64 {
+        let sig = Sig::from_number(n).unwrap();
+        let text = serde_json::to_string(&sig).unwrap();
+        assert_eq!(serde_json::from_str::<Sig>(&text).unwrap(), sig, "{text}");
+        assert_eq!(sig.number(), n);
+    }
+    assert_eq!(Sig::TERM.name(), "SIGTERM");
+    assert_eq!(Sig::from_number(0).unwrap().name(), "SIG0");
+    assert_eq!(Sig::from_number(32).unwrap().name(), "SIG32");
+    let rt = libc::SIGRTMIN() + 2;
+    assert_eq!(Sig::from_number(rt).unwrap().name(), "SIGRTMIN+2");
+    assert_eq!(Sig::from_number(65), None);
+    assert_eq!(Sig::from_number(-1), None);
+    for bad in [
+        "SIGIOT",
+        "SIGCLD",
+        "sigterm",
+        "TERM",
+        "SIG15",
+        "SIG065",
+        "SIGRTMIN+0",
+        "SIG65",
+        "SIGNAL",
+    ] {
+        assert!(
+            serde_json::from_str::<Sig>(&format!("{bad:?}")).is_err(),
+            "{bad} is not how a record spells a signal"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    write_log(&path, "run-signals.1", &every_kind_events());
+    let sweep = record_of_kind(&log_values(&path), "signal_sweep");
+    let with = |name: &str| {
+        let mut r = sweep.clone();
+        r["data"]["signals"] = json!([name]);
+        r
+    };
+    let v = record_validator();
+    assert_eq!(schema_errors(v, &with("SIGRTMAX-3")), Vec::<String>::new());
+    assert_rejected(v, &with("SIGIOT"), "an alias");
+    assert_rejected(v, &with("SIG65"), "beyond 64");
 }
 
 #[test]

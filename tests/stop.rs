@@ -26,7 +26,7 @@ use common::reuse::force_pid_reuse;
 use common::stop::*;
 use nix::sys::signal::Signal;
 use rea::audit::record::{
-    AskEnd, AskEnded, Event, Ident, Sig, SignalSweep, Stage, StopReason, Uncertainty,
+    AskEnd, AskEnded, AskSpan, Event, Ident, Sig, SignalSweep, Stage, StopReason, Uncertainty,
 };
 use rea::process::identity::Stat;
 use rea::process::pidfd::{bind, bind_ident, bind_unwaited_child, BindError, VerifiedPidFd};
@@ -507,7 +507,14 @@ fn a_term_stage_that_overran_still_gets_a_kill_sweep() {
     let t0 = Instant::now();
     let grace = Duration::from_millis(500);
     let bound = Duration::from_secs(3);
-    let mut stopper = Stopper::new(StopReason::StopRequested, t0, grace, bound, Vec::new());
+    let mut stopper = Stopper::new(
+        StopReason::StopRequested,
+        t0,
+        grace,
+        bound,
+        AskSpan::HalfGrace,
+        Vec::new(),
+    );
     assert!(matches!(stopper.step(&mut host, t0), Step::Wait(_)));
     let term = sweeps_of(&host.events, Stage::Term);
     assert_eq!(term.len(), 1);
@@ -531,50 +538,165 @@ fn a_term_stage_that_overran_still_gets_a_kill_sweep() {
     sibling.assert_alive();
 }
 
+/// sh (the stand-in watchdog) -> sleep (the "leader"), deaf to USR1 and
+/// TERM, held as "leader"; the host's `me` is sh.
+struct DeafLeader {
+    sh: Child,
+    sh_fd: VerifiedPidFd,
+    held: Held,
+    leader: Stat,
+    host: FakeHost,
+}
+
+impl DeafLeader {
+    fn start() -> DeafLeader {
+        let sh = Command::new("/bin/sh")
+            .args(["-c", "(trap '' USR1 TERM; exec /bin/sleep 1000) & wait"])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn sh");
+        let sh_fd = bind_unwaited_child(&sh).unwrap();
+        let mut held = Held::default();
+        let leader = wait_for(PATIENCE, "the leader", || {
+            rea::process::scan::descendants(sh.id() as i32)
+                .ok()?
+                .into_iter()
+                .find(|s| s.comm == "sleep")
+        });
+        let ident = Ident {
+            pid: leader.pid,
+            start_time: leader.start_time,
+            uid: uid(),
+        };
+        held.add("leader", ident);
+        let host = FakeHost {
+            me: sh_fd.ident(),
+            events: Vec::new(),
+        };
+        DeafLeader {
+            sh,
+            sh_fd,
+            held,
+            leader,
+            host,
+        }
+    }
+}
+
+fn ask_of(leader: &Stat, signal: Sig) -> Ask {
+    Ask {
+        job: 1,
+        pid: leader.pid,
+        start_time: leader.start_time,
+        signal,
+    }
+}
+
+fn asks_ended(events: &[Event]) -> Vec<&AskEnded> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::AskEnded(a) => Some(a),
+            _ => None,
+        })
+        .collect()
+}
+
+/// timeout's spans (issue 15): with no `-k` the ask lasts as long as the
+/// leader lives, an hour past the grace included; with `-k` it ends when
+/// that has passed, and KILL follows in the same step with no TERM sweep.
+/// Any signal may be the ask (`-s 0` here).
+#[test]
+fn a_timeout_ask_lasts_until_kill_after_then_kills() {
+    let sibling = Sibling::start();
+    let DeafLeader {
+        mut sh,
+        sh_fd,
+        held,
+        leader,
+        mut host,
+    } = DeafLeader::start();
+    let probe = Sig::from_number(0).unwrap();
+    let grace = Duration::from_millis(500);
+    let bound = Duration::from_secs(3);
+    let t0 = Instant::now();
+    let ask = vec![ask_of(&leader, probe)];
+    let mut forever = Stopper::new(
+        StopReason::Deadline,
+        t0,
+        grace,
+        bound,
+        AskSpan::UntilExit,
+        ask.clone(),
+    );
+    assert!(matches!(forever.step(&mut host, t0), Step::Wait(_)));
+    assert!(matches!(
+        forever.step(&mut host, t0 + Duration::from_secs(3600)),
+        Step::Wait(_)
+    ));
+    let asked = sweeps_of(&host.events, Stage::Ask);
+    assert_eq!(asked.len(), 1, "{:#?}", host.events);
+    assert_eq!(asked[0].signals, [probe, Sig::CONT]);
+    assert!(asks_ended(&host.events).is_empty(), "{:#?}", host.events);
+    assert!(sweeps_of(&host.events, Stage::Term).is_empty());
+    assert!(forever.asking());
+
+    host.events.clear();
+    let after = AskSpan::KillAfterMs(2000);
+    let mut limited = Stopper::new(StopReason::Deadline, t0, grace, bound, after, ask);
+    assert!(matches!(limited.step(&mut host, t0), Step::Wait(_)));
+    assert!(matches!(
+        limited.step(&mut host, t0 + Duration::from_millis(1999)),
+        Step::Wait(_)
+    ));
+    assert!(asks_ended(&host.events).is_empty(), "{:#?}", host.events);
+    assert!(!held.get("leader").has_exited(), "signal 0 is only a probe");
+    limited.step(&mut host, t0 + Duration::from_millis(2000));
+    let ended = asks_ended(&host.events);
+    assert_eq!(ended.len(), 1, "{:#?}", host.events);
+    assert_eq!(
+        (ended[0].reason, ended[0].leaders_left),
+        (AskEnd::KillAfter, 1)
+    );
+    assert!(
+        sweeps_of(&host.events, Stage::Term).is_empty(),
+        "no TERM: {:#?}",
+        host.events
+    );
+    let kill = sweeps_of(&host.events, Stage::Kill);
+    assert_eq!(kill.len(), 1, "{:#?}", host.events);
+    assert_eq!(kill[0].targets[0].pid, leader.pid);
+    assert!(
+        wait_readable(held.get("leader"), PATIENCE),
+        "SIGKILL reached it"
+    );
+    assert!(wait_readable(&sh_fd, PATIENCE));
+    sh.wait().unwrap();
+    sibling.assert_alive();
+}
+
 /// The ask step is never skipped (SPEC 3.5 step 3): a first step that
 /// comes after half the grace has passed (a busy wake-up, a tiny grace)
 /// still asks the leader, and only the next one ends the ask and TERMs.
 #[test]
 fn a_late_first_step_still_asks_before_it_terms() {
     let sibling = Sibling::start();
-    // sh (the stand-in watchdog) -> sleep (the "leader"), deaf to USR1 and TERM.
-    let mut sh = Command::new("/bin/sh")
-        .args(["-c", "(trap '' USR1 TERM; exec /bin/sleep 1000) & wait"])
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("spawn sh");
-    let sh_fd = bind_unwaited_child(&sh).unwrap();
-    let mut held = Held::default();
-    let leader = wait_for(PATIENCE, "the leader", || {
-        rea::process::scan::descendants(sh.id() as i32)
-            .ok()?
-            .into_iter()
-            .find(|s| s.comm == "sleep")
-    });
-    let ident = Ident {
-        pid: leader.pid,
-        start_time: leader.start_time,
-        uid: uid(),
-    };
-    held.add("leader", ident);
-    let mut host = FakeHost {
-        me: sh_fd.ident(),
-        events: Vec::new(),
-    };
+    let DeafLeader {
+        mut sh,
+        sh_fd,
+        held,
+        leader,
+        mut host,
+    } = DeafLeader::start();
     let t0 = Instant::now();
-    let ask = Ask {
-        job: 1,
-        pid: leader.pid,
-        start_time: leader.start_time,
-        signal: Sig::Usr1,
-    };
     let grace = Duration::from_millis(500);
     let mut stopper = Stopper::new(
         StopReason::StopRequested,
         t0,
         grace,
         Duration::from_secs(3),
-        vec![ask],
+        AskSpan::HalfGrace,
+        vec![ask_of(&leader, Sig::USR1)],
     );
     // First step 400 ms late: past half the grace, within it.
     assert!(matches!(
@@ -584,7 +706,7 @@ fn a_late_first_step_still_asks_before_it_terms() {
     let asked = sweeps_of(&host.events, Stage::Ask);
     assert_eq!(asked.len(), 1, "{:#?}", host.events);
     assert_eq!(asked[0].targets[0].pid, leader.pid);
-    assert_eq!(asked[0].signals, [Sig::Usr1, Sig::Cont]);
+    assert_eq!(asked[0].signals, [Sig::USR1, Sig::CONT]);
     assert!(sweeps_of(&host.events, Stage::Term).is_empty());
     assert!(!host.events.iter().any(|e| matches!(e, Event::AskEnded(_))));
     // The next step ends the ask (half the grace is long past) and TERMs.

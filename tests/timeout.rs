@@ -435,3 +435,149 @@ fn as_pid_1_a_time_out_is_124() {
         .unwrap();
     assert_eq!(out.status.code(), Some(124), "{out:?}");
 }
+
+/// The data of each of a log's records of `kind`.
+fn of_kind(log: &std::path::Path, kind: &str) -> Vec<serde_json::Value> {
+    records(log)
+        .into_iter()
+        .filter(|r| r["kind"] == kind)
+        .map(|r| r["data"].clone())
+        .collect()
+}
+
+/// coreutils' `-s0 -k1`: signal 0 is only a probe, so the command lives
+/// until `-k` has passed and KILL ends it: 137, both lines under `-v`, and
+/// the log says so (the ask with SIG0, ended by `kill_after`, then KILL
+/// with no TERM sweep).
+#[test]
+fn signal_0_then_kill_after_is_137() {
+    if skip_outside_pid_ns("timeout -s0 -k") {
+        return;
+    }
+    let t = Timeout::new();
+    let out = t.run(&["-v", "-s0", "-k", "0.5", "0.1", "sleep", "60"]);
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    assert_eq!(
+        stderr(&out),
+        "timeout: sending signal 0 to command 'sleep'\ntimeout: sending signal KILL to command 'sleep'\n"
+    );
+    let log = &t.logs()[0];
+    let (code, v) = verify_log(log, &[]);
+    assert_eq!(code, 0, "{v:#}");
+    let sweeps = of_kind(log, "signal_sweep");
+    let stages: Vec<&str> = sweeps
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(stages.first(), Some(&"ask"), "{sweeps:#?}");
+    assert!(!stages.contains(&"term"), "{sweeps:#?}");
+    assert!(stages.contains(&"kill"), "{sweeps:#?}");
+    assert_eq!(sweeps[0]["signals"], serde_json::json!(["SIG0", "SIGCONT"]));
+    let ended = of_kind(log, "ask_ended");
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0]["reason"], "kill_after");
+    let started = &of_kind(log, "run_started")[0];
+    assert_eq!(
+        started["bounds"]["ask"],
+        serde_json::json!({"kill_after_ms": 500})
+    );
+}
+
+/// Without `-k`, a command that takes its time over the signal is waited
+/// for, however long (here it finishes 2 s after TERM, four times exec's
+/// grace), and `--preserve-status` gives its own status.
+#[test]
+fn without_k_a_slow_command_is_waited_for() {
+    if skip_outside_pid_ns("timeout without -k") {
+        return;
+    }
+    let t = Timeout::new();
+    let script = "import signal, sys, time\n\
+                  def slow(*_):\n    time.sleep(2); sys.exit(3)\n\
+                  signal.signal(signal.SIGTERM, slow)\n\
+                  time.sleep(60)";
+    let out = t.run(&["--preserve-status", "0.1", python(), "-c", script]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let log = &t.logs()[0];
+    let (code, v) = verify_log(log, &[]);
+    assert_eq!(code, 0, "{v:#}");
+    // The leader's own exit ended the stop (an ask_ended says so, unless
+    // nothing was left at all): no KILL, no TERM sweep.
+    for e in of_kind(log, "ask_ended") {
+        assert_eq!(e["reason"], "leaders_exited");
+    }
+    let sweeps = of_kind(log, "signal_sweep");
+    assert!(sweeps.iter().all(|s| s["stage"] == "ask"), "{sweeps:#?}");
+    assert_eq!(
+        of_kind(log, "run_started")[0]["bounds"]["ask"],
+        "until_exit"
+    );
+}
+
+/// `-s` takes any signal: a real-time one is the ask and spelled as
+/// `-v` spells it; STOP (then CONT, as coreutils sends) leaves the
+/// command running until `-k`.
+#[test]
+fn any_signal_may_be_the_s_signal() {
+    if skip_outside_pid_ns("timeout -s any") {
+        return;
+    }
+    let t = Timeout::new();
+    let out = t.run(&["-v", "-s", "RTMIN+2", "0.1", "sleep", "60"]);
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    assert_eq!(
+        stderr(&out),
+        "timeout: sending signal RTMIN+2 to command 'sleep'\n"
+    );
+    let log = &t.logs()[0];
+    let (code, v) = verify_log(log, &[]);
+    assert_eq!(code, 0, "{v:#}");
+    let ask = &of_kind(log, "signal_sweep")[0];
+    assert_eq!(ask["signals"], serde_json::json!(["SIGRTMIN+2", "SIGCONT"]));
+    assert_eq!(of_kind(log, "job_spawned")[0]["stop_signal"], "SIGRTMIN+2");
+
+    assert_eq!(
+        t.code(&["-s", "STOP", "-k", "0.3", "0.1", "sleep", "60"]),
+        137
+    );
+    for log in t.logs() {
+        let (code, v) = verify_log(&log, &[]);
+        assert_eq!(code, 0, "{v:#}");
+    }
+}
+
+/// A command that dies of a signal timeout did not send: timeout dies of
+/// the same signal (its caller sees `WIFSIGNALED`, as with coreutils), with
+/// no core file of its own; and so when timeout itself is TERMed and passes
+/// that on. Its log is sealed first.
+#[test]
+fn a_commands_death_by_signal_is_timeouts_own() {
+    use std::os::unix::process::ExitStatusExt;
+    if skip_outside_pid_ns("timeout dies the same death") {
+        return;
+    }
+    let t = Timeout::new();
+    let out = t.run(&["30", "sh", "-c", "kill -USR1 $$"]);
+    assert_eq!(out.status.signal(), Some(libc::SIGUSR1), "{out:?}");
+    assert!(!out.status.core_dumped());
+    let out = t.run(&["30", "sh", "-c", "kill -SEGV $$"]);
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{out:?}");
+    assert!(
+        !out.status.core_dumped(),
+        "timeout dumped a core of its own"
+    );
+
+    let script = "print('ready', flush=True)\nimport time\ntime.sleep(60)";
+    let mut child = t.command(&["30", python(), "-c", script]).spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    signal_child(&child, Signal::SIGTERM);
+    let status = wait_child(&mut child, PATIENCE);
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    for log in t.logs() {
+        let (code, v) = verify_log(&log, &[]);
+        assert_eq!(code, 0, "{v:#}");
+    }
+}

@@ -21,7 +21,8 @@ pub const RECORD_VERSION: u32 = 1;
 
 /// The vocabulary records are written in (defined in [`crate::vocab`]).
 pub use crate::vocab::{
-    Ident, Mode, Outcome, Proc, Sig, Stage, Status, StopReason, Stream, Uncertainty,
+    AskEnd, AskSpan, Ident, Mode, Outcome, Proc, Sig, Stage, Status, StopReason, Stream,
+    Uncertainty,
 };
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -32,6 +33,9 @@ pub struct Bounds {
     pub kill_bound_ms: u64,
     /// Combined stdout+stderr cap per job; `null` means uncapped (exec default).
     pub output_cap: Option<u64>,
+    /// How long the ask step lasts (timeout's `-k`); absent: half the grace.
+    #[serde(default, skip_serializing_if = "AskSpan::is_half_grace")]
+    pub ask: AskSpan,
 }
 
 /// What a directory was when it was first seen; compared again by `verify`.
@@ -92,7 +96,7 @@ pub struct Handover {
     /// The job leads its own session (false: `--foreground`, it stays in
     /// the caller's process group).
     pub own_session: bool,
-    /// The job's parent-death signal.
+    /// The job's parent-death signal; 0: none (`timeout -s 0`).
     pub pdeathsig: i32,
     /// Children (and their subtrees) the process already had when exec
     /// began: not the action's, never signalled (`process::inherited`);
@@ -275,16 +279,6 @@ pub struct SignalSweep {
     /// SIGCONT to every target). Absent when none did.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cont: Vec<i32>,
-}
-
-/// Why the ask step ended (SPEC 3.5 step 3).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum AskEnd {
-    /// Every leader asked has exited: TERM goes to whatever is left.
-    LeadersExited,
-    /// Half the TERM grace passed with a leader still alive.
-    HalfGrace,
 }
 
 /// The ask step ended: from here TERM goes to every descendant still

@@ -329,7 +329,7 @@ impl Replay {
                 .open
                 .values()
                 .find(|&&(pid, st, _)| pid == t.pid && st == t.start_time);
-            let ok = leader.is_some_and(|&(_, _, sig)| s.signals == [sig, Sig::Cont]);
+            let ok = leader.is_some_and(|&(_, _, sig)| s.signals == [sig, Sig::CONT]);
             if !ok {
                 self.push(mismatch(format!(
                     "sweep {} asks pid {} with {:?}: not a running job's leader and its stop signal",

@@ -130,6 +130,8 @@ pub fn summary(ev: &Event) -> String {
             match a.reason {
                 AskEnd::LeadersExited => "every leader asked has exited",
                 AskEnd::HalfGrace => "half the TERM grace passed",
+                AskEnd::KillAfter => "timeout's -k duration passed (KILL follows)",
+                AskEnd::AskFailed => "no leader alive could be sent its stop signal",
             },
             a.leaders_left
         ),

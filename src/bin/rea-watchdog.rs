@@ -12,7 +12,7 @@ use rea::contain::choice::ContainChoice;
 use rea::contain::mode::ContainRequest;
 use rea::protocol::{RefusalReason, Reply};
 use rea::units::{parse_bytes, parse_duration, parse_positive_duration};
-use rea::vocab::{is_token, StopSignal};
+use rea::vocab::{is_token, AskSpan, StopSignal};
 use rea::watchdog::config::{new_run_id, Config};
 use rea::watchdog::modes::{
     self, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_OWN_FAILURE, EXIT_STOPPED,
@@ -292,6 +292,7 @@ fn config(mode: Mode, run_id: Option<String>, b: Bounds) -> Result<Config, Strin
         action_deadline: None,
         term_grace: b.term_grace,
         kill_bound: b.kill_bound,
+        ask: AskSpan::HalfGrace,
         output_cap: None,
         pass_env: b.pass_env,
         forward_signals: false,

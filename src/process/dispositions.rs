@@ -165,3 +165,51 @@ pub fn block_early() {
     ignore_glibc_reserved();
     let _ = watched().thread_block();
 }
+
+/// Ends this process by `sig`, as timeout(1) passes on its command's
+/// death by a signal it did not send: the caller (a shell's `$?`, a
+/// supervisor's `WIFSIGNALED`) sees the same death. The default action is
+/// restored, core dumps are disabled (the command may have dumped one;
+/// this process has nothing to dump), the signal is sent through this
+/// process's own verified pidfd (the crate's one way to signal) and
+/// unblocked. Returns only when that did not end the process (a signal
+/// whose default is not to terminate, or no pidfd): the caller then exits
+/// with 128 + `sig`.
+pub fn die_of(sig: i32) {
+    use crate::process::identity::self_start_time;
+    use crate::process::pidfd::bind_ident;
+    let Ok(start_time) = self_start_time() else {
+        return;
+    };
+    let me = crate::vocab::Ident {
+        pid: std::process::id() as i32,
+        start_time,
+        // SAFETY: getuid has no preconditions and cannot fail.
+        uid: unsafe { libc::getuid() },
+    };
+    let Ok(fd) = bind_ident(me) else {
+        return;
+    };
+    // SAFETY: prctl(PR_SET_DUMPABLE, 0) and setrlimit on a local struct;
+    // both only change this process's own attributes.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        let none = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        libc::setrlimit(libc::RLIMIT_CORE, &none);
+    }
+    raw_disposition(sig, libc::SIG_DFL);
+    if fd.signal_number(sig).is_err() {
+        return;
+    }
+    // SAFETY: a sigset_t on the stack, filled by sigemptyset/sigaddset
+    // before pthread_sigmask reads it; no old-mask buffer.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
+}

@@ -16,6 +16,9 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
+pub use crate::signame::name as signal_name;
+use crate::signame::{c_isspace, decimal, str2sig, SIGNUM_BOUND};
+
 /// When the command is timed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limit {
@@ -257,11 +260,6 @@ pub fn parse_duration(s: &str) -> Result<Limit, ()> {
     duration_of(s.as_bytes()).ok_or(())
 }
 
-/// C `isspace` in the C locale.
-fn is_space(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
-}
-
 /// A scanned number: zero, infinite, or its digits (most significant
 /// first, one per byte, leading zeros dropped) with a power: `Dec(d, e)` is
 /// `d × 10^e`, `Hex(d, e)` is `d × 2^e` (`d` in base 16).
@@ -278,7 +276,7 @@ const EXP_CAP: i64 = 1 << 40;
 const NS: u128 = 1_000_000_000;
 
 fn duration_of(s: &[u8]) -> Option<Limit> {
-    let mut p = s.iter().take_while(|&&b| is_space(b)).count();
+    let mut p = s.iter().take_while(|&&b| c_isspace(b)).count();
     match s.get(p) {
         Some(b'-') => return None,
         Some(b'+') => p += 1,
@@ -421,27 +419,6 @@ fn pow_ceil(d: &[u8], base: u128, e: i64, max: i64) -> Option<u128> {
         .map(|v| v + u128::from(up))
 }
 
-/// Linux signal names as gnulib's sig2str table has them: the first entry
-/// of a number is the name [`signal_name`] gives it.
-#[rustfmt::skip]
-const NAMES: [(&str, i32); 35] = [
-    ("HUP", libc::SIGHUP), ("INT", libc::SIGINT), ("QUIT", libc::SIGQUIT),
-    ("ILL", libc::SIGILL), ("TRAP", libc::SIGTRAP), ("ABRT", libc::SIGABRT),
-    ("FPE", libc::SIGFPE), ("KILL", libc::SIGKILL), ("SEGV", libc::SIGSEGV),
-    ("BUS", libc::SIGBUS), ("PIPE", libc::SIGPIPE), ("ALRM", libc::SIGALRM),
-    ("TERM", libc::SIGTERM), ("USR1", libc::SIGUSR1), ("USR2", libc::SIGUSR2),
-    ("CHLD", libc::SIGCHLD), ("URG", libc::SIGURG), ("STOP", libc::SIGSTOP),
-    ("TSTP", libc::SIGTSTP), ("CONT", libc::SIGCONT), ("TTIN", libc::SIGTTIN),
-    ("TTOU", libc::SIGTTOU), ("SYS", libc::SIGSYS), ("POLL", libc::SIGIO),
-    ("VTALRM", libc::SIGVTALRM), ("PROF", libc::SIGPROF), ("XCPU", libc::SIGXCPU),
-    ("XFSZ", libc::SIGXFSZ), ("IOT", libc::SIGABRT), ("CLD", libc::SIGCHLD),
-    ("PWR", libc::SIGPWR), ("WINCH", libc::SIGWINCH), ("IO", libc::SIGIO),
-    ("STKFLT", libc::SIGSTKFLT), ("EXIT", 0),
-];
-
-/// The largest signal number (`NSIG - 1` on Linux).
-const SIGNUM_BOUND: i64 = 64;
-
 /// Parses a SIGNAL like coreutils' operand2sig.
 ///
 /// A string starting with a digit is a decimal number (nothing else may
@@ -469,82 +446,6 @@ fn signal_of(s: &[u8]) -> Option<i32> {
         }
     };
     (0..=SIGNUM_BOUND as i32).contains(&n).then_some(n)
-}
-
-/// All of `s` as a decimal number (digits only), `None` on overflow.
-fn decimal(s: &[u8]) -> Option<i64> {
-    if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    s.iter().try_fold(0i64, |a, &d| {
-        a.checked_mul(10)?.checked_add(i64::from(d - b'0'))
-    })
-}
-
-/// C `strtol(s, &end, 10)` that must use all of `s`: white space, a sign,
-/// digits; the empty string is 0 (strtol converts nothing and stops at the
-/// end, as it does on `" "`, which is therefore refused). `None` on
-/// anything else or overflow.
-fn strtol_all(s: &[u8]) -> Option<i64> {
-    if s.is_empty() {
-        return Some(0);
-    }
-    let s = &s[s.iter().take_while(|&&b| is_space(b)).count()..];
-    let (neg, digits) = match s.first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let v = decimal(digits)?;
-    Some(if neg { -v } else { v })
-}
-
-/// gnulib str2sig on an upper-cased name.
-fn str2sig(name: &[u8]) -> Option<i32> {
-    if name.first().is_some_and(u8::is_ascii_digit) {
-        let n = decimal(name)?;
-        return (n <= SIGNUM_BOUND).then_some(n as i32);
-    }
-    if let Some(&(_, n)) = NAMES.iter().find(|(nm, _)| nm.as_bytes() == name) {
-        return Some(n);
-    }
-    let (lo, hi) = (i64::from(libc::SIGRTMIN()), i64::from(libc::SIGRTMAX()));
-    if let Some(rest) = name.strip_prefix(b"RTMIN") {
-        let n = strtol_all(rest)?;
-        return (0 <= n && n <= hi - lo).then_some((lo + n) as i32);
-    }
-    if let Some(rest) = name.strip_prefix(b"RTMAX") {
-        let n = strtol_all(rest)?;
-        return (lo - hi <= n && n <= 0).then_some((hi + n) as i32);
-    }
-    None
-}
-
-/// The name timeout -v prints for a signal: the first sig2str name
-/// ("TERM", "KILL", "USR1"; 6 is "ABRT", 17 "CHLD", 29 "POLL", 31 "SYS"),
-/// "RTMIN", "RTMIN+N" for the lower half of the real-time signals,
-/// "RTMAX-N", "RTMAX" for the upper half, and the decimal number for one
-/// with no name (32, 33) and for 0 ("0", as coreutils 9.10 and later print
-/// it, not "EXIT").
-pub fn signal_name(sig: i32) -> String {
-    if sig != 0 {
-        if let Some(&(name, _)) = NAMES.iter().find(|&&(_, n)| n == sig) {
-            return name.to_string();
-        }
-        let (lo, hi) = (libc::SIGRTMIN(), libc::SIGRTMAX());
-        if (lo..=hi).contains(&sig) {
-            let (base, name) = if sig <= lo + (hi - lo) / 2 {
-                (lo, "RTMIN")
-            } else {
-                (hi, "RTMAX")
-            };
-            return match sig - base {
-                0 => name.to_string(),
-                d => format!("{name}{d:+}"),
-            };
-        }
-    }
-    sig.to_string()
 }
 
 /// The text `timeout --help` prints (ending in a newline): usage, options,
@@ -580,7 +481,8 @@ Exit status:
   127  COMMAND was not found
   137  KILL was needed to end COMMAND (128 + 9), or timeout itself got KILL
   otherwise COMMAND's own status, which --preserve-status keeps after a
-  time-out too (128 + N when signal N ended it)
+  time-out too (128 + N when signal N ended it); a COMMAND ended by a
+  signal timeout did not send makes timeout end by that signal too
 
 This timeout is rea-watchdog: what it adds to the usual behaviour is that
 escapees of COMMAND, processes it started that left its process group or

@@ -5,17 +5,16 @@
 //! audit log is written, and no root is bound.
 //!
 //! How coreutils' semantics map onto the stop procedure (SPEC 3.5):
-//! - DURATION is the job's deadline; `-s SIG` is what its leader is asked
-//!   to stop with (the ask step), and its parent-death signal.
-//! - `-k DUR` is the TERM grace: KILL follows DUR after the first signal.
-//!   Without `-k` the grace is exec's (0.5 s): unlike coreutils, a command
-//!   still running then is KILLed rather than waited for.
+//! - DURATION is the job's deadline; `-s SIG` (any signal, 0 included) is
+//!   what its leader is asked to stop with (the ask step), and its
+//!   parent-death signal.
+//! - The ask lasts as long as the leader lives (no `-k`) or until `-k DUR`
+//!   has passed, and KILL follows ([`AskSpan`]); `-s KILL` is KILL at
+//!   once. What the leader leaves behind (escapees) is then stopped: TERM,
+//!   and KILL half a second later.
 //! - 124 after a time-out, 137 when its leader had to be KILLed, the
 //!   command's status with `--preserve-status` (128+N for signal N) and
 //!   whenever the command ended on its own (its escapees stopped or not).
-//!
-//! Not supported yet (refused with 125, nothing run): `-s` with a signal
-//! other than TERM, INT, HUP, QUIT, USR1, USR2, ALRM and KILL.
 
 pub mod args;
 
@@ -28,13 +27,16 @@ use crate::audit::record::{Handover, Mode, Outcome, StopReason};
 use crate::contain::choice::ContainChoice;
 use crate::contain::mode::ContainRequest;
 use crate::tell::{line, Stream};
-use crate::vocab::{RefusalReason, Status, StopSignal};
+use crate::vocab::{AskSpan, RefusalReason, Sig, Status};
 use crate::watchdog::config::{new_run_id, Config};
 use crate::watchdog::modes::{self, ExecHow, EXIT_OWN_FAILURE};
 use crate::watchdog::receipt::{ExecResult, Finished};
 
 /// Longer than this is no time-out at all (it would not fit an `Instant`).
 const LONGEST: Duration = Duration::from_secs(u32::MAX as u64);
+/// The TERM grace of what is left once the leader has exited: processes
+/// timeout(1) would leave running, which no option of its speaks for.
+const ESCAPEE_GRACE: Duration = Duration::from_millis(500);
 
 /// True when the program was invoked as `timeout`.
 pub fn invoked_as_timeout(argv0: &std::ffi::OsStr) -> bool {
@@ -52,10 +54,7 @@ pub fn main(args: &[OsString]) -> i32 {
         }
         Err(msg) => return say(Stream::Stderr, msg, EXIT_OWN_FAILURE),
     };
-    let (stop_signal, grace) = match stop_for(&a) {
-        Ok(x) => x,
-        Err(msg) => return say(Stream::Stderr, msg, EXIT_OWN_FAILURE),
-    };
+    let (stop_signal, grace, ask) = stop_for(&a);
     let run_id = new_run_id();
     let audit_log = match std::env::var_os("REA_AUDIT_LOG") {
         Some(p) => PathBuf::from(p),
@@ -70,6 +69,7 @@ pub fn main(args: &[OsString]) -> i32 {
         action_deadline: None,
         term_grace: grace,
         kill_bound: Duration::from_secs(3),
+        ask,
         output_cap: None,
         pass_env: Vec::new(),
         forward_signals: false,
@@ -107,23 +107,21 @@ fn say(stream: Stream, text: impl std::fmt::Display, code: i32) -> i32 {
     code
 }
 
-/// `-s` as the ask signal, `-k` as the TERM grace. `-s KILL` asks with
-/// TERM and has no grace: the KILL stage comes at once.
-fn stop_for(a: &TimeoutArgs) -> Result<(StopSignal, Duration), String> {
-    let grace = match a.kill_after {
-        Limit::After(d) => d.min(LONGEST),
-        Limit::Never => Duration::from_millis(500),
-    };
-    if a.signal == libc::SIGKILL {
-        return Ok((StopSignal::Term, Duration::ZERO));
+/// What a time-out sends, as timeout(1) would: `-s SIG` to the leader,
+/// then nothing until it exits (no `-k`) or until `-k DUR` has passed,
+/// then KILL; `-s KILL` is KILL at once. Once the leader has exited, the
+/// rest of the tree gets TERM, and KILL after [`ESCAPEE_GRACE`].
+fn stop_for(a: &TimeoutArgs) -> (Sig, Duration, AskSpan) {
+    // The parser admits 0..=64 only.
+    let sig = Sig::from_number(a.signal).unwrap_or(Sig::TERM);
+    if sig == Sig::KILL {
+        return (Sig::TERM, Duration::ZERO, AskSpan::HalfGrace);
     }
-    let Some(sig) = StopSignal::from_number(a.signal) else {
-        return Err(format!(
-            "timeout: rea's timeout cannot send signal {} yet (TERM, INT, HUP, QUIT, USR1, USR2, ALRM or KILL)",
-            args::signal_name(a.signal)
-        ));
+    let span = match a.kill_after {
+        Limit::After(d) => AskSpan::KillAfterMs(crate::clock::millis(d.min(LONGEST))),
+        Limit::Never => AskSpan::UntilExit,
     };
-    Ok((sig, grace))
+    (sig, ESCAPEE_GRACE, span)
 }
 
 /// coreutils' exit status for how the action ended (module doc), with the
@@ -166,6 +164,11 @@ fn status(a: &TimeoutArgs, fin: &Finished) -> i32 {
     match (timed_out, job) {
         (true, Status::Signal(libc::SIGKILL)) => 128 + libc::SIGKILL,
         (true, _) if !a.preserve_status => modes::EXIT_STOPPED,
+        (false, Status::Signal(n)) => {
+            // Not ours to report as a number: die the same death.
+            crate::process::dispositions::die_of(n);
+            128 + n
+        }
         (_, s) => s.shell_code(),
     }
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::audit::record::{Bounds, Handover, Mode};
+use crate::audit::record::{AskSpan, Bounds, Handover, Mode};
 use crate::clock::millis;
 
 #[derive(Clone, Debug)]
@@ -16,6 +16,9 @@ pub struct Config {
     pub action_deadline: Option<Duration>,
     pub term_grace: Duration,
     pub kill_bound: Duration,
+    /// How long a stop's ask step lasts (timeout's `-k`; run and exec:
+    /// half the grace).
+    pub ask: AskSpan,
     /// Combined stdout+stderr bytes per job; `None` is uncapped (exec default).
     pub output_cap: Option<u64>,
     pub pass_env: Vec<String>,
@@ -47,6 +50,7 @@ impl Config {
             term_grace_ms: millis(self.term_grace),
             kill_bound_ms: millis(self.kill_bound),
             output_cap: self.output_cap,
+            ask: self.ask,
         }
     }
 }

@@ -34,7 +34,7 @@ use crate::audit::record::{
 use crate::clock::millis;
 use crate::process::pidfd::VerifiedPidFd;
 use crate::protocol::{Reply, SpawnSpec, PROTOCOL_VERSION};
-use crate::vocab::{bounded, Capture, Ident, Mode, RefusalReason, Status, StopReason, StopSignal};
+use crate::vocab::{bounded, Capture, Ident, Mode, RefusalReason, Sig, Status, StopReason};
 
 /// One job to launch, as admitted (or as exec's own job).
 pub struct LaunchRequest {
@@ -45,8 +45,9 @@ pub struct LaunchRequest {
     pub deadline: Option<Duration>,
     /// The inner alarm, from now (below the deadline).
     pub inner_alarm: Option<Duration>,
-    /// What the leader is asked to stop with when the action stops.
-    pub stop_signal: StopSignal,
+    /// What the leader is asked to stop with when the action stops: a
+    /// request's [`StopSignal`], or any signal timeout's `-s` names.
+    pub stop_signal: Sig,
     pub capture: Capture,
     /// A caller other than the root, bound for as long as the job runs.
     pub caller: Option<VerifiedPidFd>,
@@ -57,7 +58,7 @@ pub struct LaunchRequest {
 
 impl LaunchRequest {
     /// exec mode: the one job, ARGV, with output passed through.
-    pub fn exec(argv: &[OsString], deadline: Option<Duration>, stop: StopSignal) -> LaunchRequest {
+    pub fn exec(argv: &[OsString], deadline: Option<Duration>, stop: Sig) -> LaunchRequest {
         LaunchRequest {
             id: "exec".into(),
             argv: argv.to_vec(),
@@ -86,7 +87,7 @@ impl LaunchRequest {
             name: spec.name,
             deadline: Some(Duration::from_millis(spec.deadline_ms)),
             inner_alarm: spec.inner_alarm_ms.map(Duration::from_millis),
-            stop_signal: spec.stop_signal,
+            stop_signal: spec.stop_signal.sig(),
             capture: spec.capture,
             caller_ident: caller.as_ref().map(|c| c.ident()).or(root),
             caller,
@@ -320,7 +321,7 @@ impl Jobs {
             caller: req.caller_ident,
             deadline_ms: deadline.map(|d| millis(d.saturating_duration_since(now))),
             capture: req.capture,
-            stop_signal: req.stop_signal.sig(),
+            stop_signal: req.stop_signal,
         }));
         if let Some(r) = &req.reply {
             let accepted = Reply::Accepted {
@@ -341,7 +342,7 @@ impl Jobs {
             started: now,
             deadline,
             alarm: req.inner_alarm.map(|a| now + a),
-            stop_signal: req.stop_signal.sig(),
+            stop_signal: req.stop_signal,
             caller: req.caller,
             caller_token: None,
             reply: req.reply,

@@ -152,7 +152,7 @@ pub fn exec(
 ) -> i32 {
     let how = ExecHow {
         deadline,
-        stop_signal: crate::vocab::StopSignal::Term,
+        stop_signal: crate::vocab::Sig::TERM,
         announce: true,
         unwatched: false,
     };
@@ -166,7 +166,7 @@ pub fn exec(
 pub struct ExecHow {
     pub deadline: Option<std::time::Duration>,
     /// What ARGV's leader is asked to stop with.
-    pub stop_signal: crate::vocab::StopSignal,
+    pub stop_signal: crate::vocab::Sig,
     /// Name the log on stderr when it was not given (exec; timeout is quiet).
     pub announce: bool,
     /// Bind no root (timeout does not care about its parent).

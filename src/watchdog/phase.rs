@@ -24,7 +24,7 @@ use super::start::Started;
 use super::stop::{Ask, Stopper, Trigger};
 use crate::audit::record::{Event, StopCompleted, StopPriority};
 use crate::protocol::{Reply, PROTOCOL_VERSION};
-use crate::vocab::StopReason;
+use crate::vocab::{AskSpan, StopReason};
 
 /// A stop under way or done, and what ends the action after it.
 pub struct Ending {
@@ -86,6 +86,7 @@ pub struct StopStart {
     pub priority: StopPriority,
     pub term_grace: Duration,
     pub kill_bound: Duration,
+    pub ask: AskSpan,
 }
 
 impl StopStart {
@@ -94,6 +95,7 @@ impl StopStart {
             priority: started.priority.taken(),
             term_grace: cfg.term_grace,
             kill_bound: cfg.kill_bound,
+            ask: cfg.ask,
         }
     }
 }
@@ -136,7 +138,14 @@ impl Phase {
                     close: closing,
                     waiters: Vec::new(),
                 };
-                let stop = Stopper::new(t.reason, now, how.term_grace, how.kill_bound, asks());
+                let stop = Stopper::new(
+                    t.reason,
+                    now,
+                    how.term_grace,
+                    how.kill_bound,
+                    how.ask,
+                    asks(),
+                );
                 Phase::Stopping {
                     stop,
                     wake: now,

@@ -83,7 +83,7 @@ pub fn launcher_job(job: u64, caller: Ident, watchdog_pid: i32) -> [Event; 4] {
             caller: Some(caller),
             deadline_ms: Some(60_000),
             capture: Capture::Discard,
-            stop_signal: Sig::Term,
+            stop_signal: Sig::TERM,
         }),
         Event::Reaped(Reaped {
             processes: vec![ReapedProc {

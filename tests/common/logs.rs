@@ -23,11 +23,11 @@ use super::counted::CountedLog;
 use rea::audit::chain;
 use rea::audit::record::Outcome;
 use rea::audit::record::{
-    Bounds, DirIdentity, Event, Ident, JobExited, JobSpawned, Link, MappingUncertain, Mode,
-    OutputCapped, Proc, Reaped, ReapedProc, Receipt, RequestReceived, RequestRefused, RootBound,
-    RootSource, RunStarted, Sig, SignalSweep, Stage, Status, StopCompleted, StopPriority,
-    StopReason, StopTriggered, Stream, StreamSummary, TempRootInventoried, TempRootRemoved,
-    Uncertainty,
+    AskSpan, Bounds, DirIdentity, Event, Ident, JobExited, JobSpawned, Link, MappingUncertain,
+    Mode, OutputCapped, Proc, Reaped, ReapedProc, Receipt, RequestReceived, RequestRefused,
+    RootBound, RootSource, RunStarted, Sig, SignalSweep, Stage, Status, StopCompleted,
+    StopPriority, StopReason, StopTriggered, Stream, StreamSummary, TempRootInventoried,
+    TempRootRemoved, Uncertainty,
 };
 use rea::inventory;
 use rea::process::identity;
@@ -263,6 +263,7 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
             term_grace_ms: 500,
             kill_bound_ms: 3_000,
             output_cap: Some(65_536),
+            ask: AskSpan::HalfGrace,
         },
         staging: staging.clone(),
         pass_env: vec!["HOPPER_LICENSE_FILE".into()],
@@ -331,7 +332,7 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
             } else {
                 Capture::Discard
             },
-            stop_signal: if j == 1 { Sig::Usr1 } else { Sig::Term },
+            stop_signal: if j == 1 { Sig::USR1 } else { Sig::TERM },
         }));
         jobs.push(Job {
             job: j,
@@ -547,7 +548,7 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
                     sweep: sweeps,
                     part: 0,
                     stage: Stage::Term,
-                    signals: vec![Sig::Term, Sig::Cont],
+                    signals: vec![Sig::TERM, Sig::CONT],
                     targets,
                     others,
                     cont: Vec::new(),
@@ -580,7 +581,7 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
                     sweep: sweeps,
                     part: 0,
                     stage: Stage::Kill,
-                    signals: vec![Sig::Kill],
+                    signals: vec![Sig::KILL],
                     targets: vec![p.clone()],
                     others: Vec::new(),
                     cont: Vec::new(),

@@ -49,6 +49,7 @@ fn main() {
             term_grace_ms: 500,
             kill_bound_ms: 3000,
             output_cap: Some(65536),
+            ask: Default::default(),
         },
         staging: None,
         pass_env: vec![],

@@ -1,6 +1,7 @@
 //! The ask step (SPEC 3.5 step 3): each running job's leader gets its own
 //! stop signal and SIGCONT, and nothing else is signalled, until every
-//! leader has exited or half the TERM grace has passed.
+//! leader has exited or half the TERM grace has passed (or, under timeout,
+//! as long as its `-k` says: [`crate::vocab::AskSpan`]).
 //!
 //! The leaders are known by identity (pid and start time, from the jobs
 //! room), so the step reads no `/proc` scan and no group: each leader is
@@ -13,7 +14,7 @@ use std::time::Instant;
 
 use super::sweep::Part;
 use super::{Ask, StopHost, Stopper};
-use crate::audit::record::{AskEnd, Ident, Sig, Uncertainty};
+use crate::audit::record::{AskEnd, AskSpan, Ident, Sig, Uncertainty};
 use crate::process::pidfd::{bind_ident, BindError};
 
 impl Stopper {
@@ -32,8 +33,12 @@ impl Stopper {
         });
         let sent = self.asks.is_empty();
         let reason = match () {
+            _ if sent && self.asked.is_empty() && self.ask_failed => Some(AskEnd::AskFailed),
             _ if sent && self.asked.is_empty() => Some(AskEnd::LeadersExited),
-            _ if sent && now >= self.ask_until => Some(AskEnd::HalfGrace),
+            _ if sent && now >= self.ask_until => Some(match self.span {
+                AskSpan::KillAfterMs(_) => AskEnd::KillAfter,
+                _ => AskEnd::HalfGrace,
+            }),
             _ => None,
         };
         if let Some(reason) = reason {
@@ -67,7 +72,7 @@ impl Stopper {
                 self.ask_one(host, me, ask, &mut part);
             }
             if !part.targets.is_empty() {
-                self.signal_part(host, &mut part, &[sig, Sig::Cont]);
+                self.signal_part(host, &mut part, &[sig, Sig::CONT]);
             }
         }
         if part.index == 0 {

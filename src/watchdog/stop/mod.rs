@@ -18,6 +18,12 @@
 //! running (abandoned, a close that found leftovers) it is empty and TERM
 //! goes to all at once; with no grace at all the stop starts at KILL.
 //!
+//! The `timeout` personality asks as timeout(1) does ([`AskSpan`]): the
+//! leader gets `-s SIG` and as long as it needs (`UntilExit`), or `-k DUR`
+//! (`KillAfterMs`, after which KILL follows at once); once the leaders
+//! have exited, TERM goes to what is left (escapees timeout would leave
+//! running) for the TERM grace, counted from then.
+//!
 //! The loop reaps before every step (jobs through their own pidfds, held
 //! orphans through theirs, others by the pid a `WNOWAIT` peek returned);
 //! a step then checks for the end: `waitid` says ECHILD *and* the census
@@ -41,8 +47,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::audit::record::{
-    no_live_or_waitable, AskEnd, AskEnded, Event, Ident, Sig, Stage, StopCompleted, StopReason,
-    Uncertainty,
+    no_live_or_waitable, AskEnd, AskEnded, AskSpan, Event, Ident, Sig, Stage, StopCompleted,
+    StopReason, Uncertainty,
 };
 use crate::clock::millis;
 use crate::contain::group::ActionGroup;
@@ -76,6 +82,9 @@ fn contended() -> bool {
         .and_then(|r| r.parse::<usize>().ok())
         .is_some_and(|r| r > 2 * cpus + 2)
 }
+
+/// Longer than any stop waits: the end of a timeout ask with no `-k`.
+const FOREVER: Duration = Duration::from_secs(u32::MAX as u64);
 
 /// Rescan interval while waiting out the TERM grace.
 const TERM_RESCAN: Duration = Duration::from_millis(10);
@@ -159,8 +168,15 @@ pub struct Stopper {
     asks: Vec<Ask>,
     /// The leaders asked, until each is seen to have exited.
     asked: Vec<Ask>,
-    /// Half the TERM grace: when the ask step ends at the latest.
+    /// An ask signal could not be sent to a live leader (it was then
+    /// dropped from `asked`).
+    ask_failed: bool,
+    /// How long the ask lasts, and when it ends at the latest.
+    span: AskSpan,
     ask_until: Instant,
+    /// The TERM grace, and when it ends (for timeout's spans, counted
+    /// from the end of the ask).
+    grace: Duration,
     grace_until: Instant,
     kill_until: Instant,
     kill_bound: Duration,
@@ -192,19 +208,32 @@ pub struct Stopper {
 }
 
 impl Stopper {
-    /// A stop beginning at `now`; `asks`: the running jobs' leaders.
+    /// A stop beginning at `now`; `asks`: the running jobs' leaders;
+    /// `ask`: how long asking them lasts (module doc).
     pub fn new(
         reason: StopReason,
         now: Instant,
         grace: Duration,
         kill_bound: Duration,
+        ask: AskSpan,
         asks: Vec<Ask>,
     ) -> Stopper {
-        let grace_until = now + grace;
         let stage = match () {
             _ if grace.is_zero() => Stage::Kill,
             _ if asks.is_empty() => Stage::Term,
             _ => Stage::Ask,
+        };
+        // timeout's spans: the grace starts when the ask ends (`end_ask`).
+        let asking_long = stage == Stage::Ask && !ask.is_half_grace();
+        let grace_until = if asking_long {
+            now + FOREVER
+        } else {
+            now + grace
+        };
+        let ask_until = match ask {
+            AskSpan::HalfGrace => now + grace / 2,
+            AskSpan::UntilExit => now + FOREVER,
+            AskSpan::KillAfterMs(ms) => now + Duration::from_millis(ms).min(FOREVER),
         };
         Stopper {
             reason,
@@ -215,7 +244,10 @@ impl Stopper {
                 Vec::new()
             },
             asked: Vec::new(),
-            ask_until: now + grace / 2,
+            ask_failed: false,
+            span: ask,
+            ask_until,
+            grace,
             grace_until,
             kill_until: grace_until + kill_bound,
             kill_bound,
@@ -321,7 +353,8 @@ impl Stopper {
         }
     }
 
-    /// Records the end of the ask step; TERM goes out next.
+    /// Records the end of the ask step; TERM goes out next, or KILL when
+    /// timeout's `-k` ran out.
     fn end_ask(&mut self, host: &mut impl StopHost, now: Instant, reason: AskEnd) {
         host.append(Event::AskEnded(AskEnded {
             reason,
@@ -330,8 +363,17 @@ impl Stopper {
         }));
         self.asks.clear();
         self.asked.clear();
-        self.stage = Stage::Term;
         self.quiet = 0;
+        if reason == AskEnd::KillAfter {
+            self.stage = Stage::Kill;
+            self.kill_until = now + self.kill_bound;
+            return;
+        }
+        self.stage = Stage::Term;
+        if !self.span.is_half_grace() {
+            self.grace_until = now + self.grace;
+            self.kill_until = self.grace_until + self.kill_bound;
+        }
     }
 
     /// cgroup mode, the KILL stage's first step: `cgroup.kill`, once,

@@ -12,8 +12,6 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
-use nix::sys::signal::Signal;
-
 use super::census::Census;
 use super::{StopHost, Stopper};
 use crate::audit::record::{Event, Link, Sig, SignalFailed, SignalSweep, Stage};
@@ -80,8 +78,8 @@ impl Stopper {
     /// whether there was anything to signal.
     pub(super) fn sweep(&mut self, host: &mut impl StopHost, census: &Census) -> bool {
         let signals: &[Sig] = match self.stage {
-            Stage::Kill => &[Sig::Kill],
-            Stage::Ask | Stage::Term => &[Sig::Term],
+            Stage::Kill => &[Sig::KILL],
+            Stage::Ask | Stage::Term => &[Sig::TERM],
         };
         let me = host.me();
         let members: HashSet<i32> = census.all().map(|(s, _)| s.pid).collect();
@@ -217,16 +215,21 @@ impl Stopper {
         part.index += 1;
         for t in targets {
             let key = (t.pid(), t.proc().start_time);
-            let then_cont = (stage == Stage::Term && t.seen_stopped()).then_some(Sig::Cont);
+            let then_cont = (stage == Stage::Term && t.seen_stopped()).then_some(Sig::CONT);
             for &sig in signals.iter().chain(then_cont.as_ref()) {
-                let sent = Signal::try_from(sig.number()).map_err(std::io::Error::from);
-                if let Err(e) = sent.and_then(|s| t.signal(s)) {
+                if let Err(e) = t.signal_number(sig.number()) {
                     host.append(Event::SignalFailed(SignalFailed {
                         sweep: part.sweep,
                         target: t.ident(),
                         signal: sig,
                         errno: e.raw_os_error().unwrap_or(0),
                     }));
+                    if stage == Stage::Ask && self.asked.iter().any(|a| a.key() == key) {
+                        // Not asked after all: the ask does not wait for it
+                        // (under timeout it would wait as long as it lives).
+                        self.asked.retain(|a| a.key() != key);
+                        self.ask_failed = true;
+                    }
                 }
             }
             match stage {
