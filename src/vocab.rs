@@ -148,6 +148,8 @@ pub enum AskEnd {
 
 /// How long a stop's ask step (SPEC 3.5 step 3) lasts, and what follows
 /// it. Recorded in `run_started`'s bounds (absent means `HalfGrace`).
+/// timeout's two spans are for a time-out (a `deadline` stop); any other
+/// stop (a signal, a hangup, an audit failure) asks for half the grace.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum AskSpan {

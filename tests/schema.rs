@@ -885,6 +885,17 @@ fn signals_are_spelled_once_and_read_back() {
     assert_eq!(schema_errors(v, &with("SIGRTMAX-3")), Vec::<String>::new());
     assert_rejected(v, &with("SIGIOT"), "an alias");
     assert_rejected(v, &with("SIG65"), "beyond 64");
+    for n in 0..=64 {
+        let name = Sig::from_number(n).unwrap().name();
+        assert_eq!(
+            schema_errors(v, &with(&name)),
+            Vec::<String>::new(),
+            "{name}"
+        );
+    }
+    for other in ["SIG15", "SIG9", "SIGRTMIN+16", "SIGRTMAX-15", "SIGRTMIN+0"] {
+        assert_rejected(v, &with(other), "not the one spelling");
+    }
 }
 
 #[test]

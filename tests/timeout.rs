@@ -581,3 +581,32 @@ fn a_commands_death_by_signal_is_timeouts_own() {
         assert_eq!(code, 0, "{v:#}");
     }
 }
+
+/// Only a time-out asks for as long as the command needs: a TERM to
+/// timeout with `-s 0` (a probe the command cannot act on) still stops it,
+/// TERM reaching the command after half the grace, and timeout then dies
+/// of the TERM its command died of.
+#[test]
+fn a_signal_to_timeout_stops_even_when_s_is_only_a_probe() {
+    use std::os::unix::process::ExitStatusExt;
+    if skip_outside_pid_ns("timeout -s 0 then TERM") {
+        return;
+    }
+    let t = Timeout::new();
+    let script = "print('ready', flush=True)\nimport time\ntime.sleep(60)";
+    let mut child = t
+        .command(&["-s", "0", "30", python(), "-c", script])
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    signal_child(&child, Signal::SIGTERM);
+    let status = wait_child(&mut child, PATIENCE);
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    let log = &t.logs()[0];
+    let (code, v) = verify_log(log, &[]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(of_kind(log, "ask_ended")[0]["reason"], "half_grace");
+}

@@ -143,7 +143,14 @@ impl Phase {
                     now,
                     how.term_grace,
                     how.kill_bound,
-                    how.ask,
+                    // timeout's long ask is for a time-out only: a stop
+                    // the caller asked for (a signal, a hangup) or the log
+                    // forced is never left waiting on the command.
+                    if t.reason == StopReason::Deadline {
+                        how.ask
+                    } else {
+                        AskSpan::HalfGrace
+                    },
                     asks(),
                 );
                 Phase::Stopping {

@@ -101,8 +101,10 @@ impl Stopper {
                 ..
             }) => {}
             // Not asked, but still a live leader: the ask waits for it as
-            // for the others (TERM retries the bind).
-            Err(BindError::NoDescriptors(_)) => self.asked.push(*ask),
+            // for the others (TERM retries the bind); but not as long as
+            // timeout's ask would, for nothing would ever signal it.
+            Err(BindError::NoDescriptors(_)) if self.span.is_half_grace() => self.asked.push(*ask),
+            Err(BindError::NoDescriptors(_)) => self.ask_failed = true,
             Err(BindError::Uncertain { reason, detail }) => {
                 if self.uncertain.insert(ask.key()) {
                     let st = crate::process::identity::read_stat(ask.pid).ok();
