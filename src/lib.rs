@@ -11,6 +11,7 @@ pub mod b64;
 pub mod client;
 pub mod clock;
 pub mod contain;
+pub mod generate;
 pub mod holders;
 pub mod inventory;
 pub mod process;

@@ -113,11 +113,17 @@ Exit codes (holders):
     about = "Verify a rea audit log and decide whether the staging directory may be deleted",
     long_about = "Verify a rea audit log (SHA-256 hash chain, sequence, receipt, replay) and \
 derive the verdict of SPEC 5: delete_allowed or retain. rea-audit never deletes anything.",
-    after_help = EXIT_HELP
+    after_help = EXIT_HELP,
+    args_conflicts_with_subcommands = true,
+    arg_required_else_help = true
 )]
 struct Cli {
+    /// Print this program's man page or a shell completion script (made
+    /// from these very options) and exit.
+    #[arg(long, value_name = "KIND")]
+    generate: Option<rea::generate::Generate>,
     #[command(subcommand)]
-    cmd: Cmd,
+    cmd: Option<Cmd>,
 }
 
 #[derive(Subcommand)]
@@ -192,7 +198,12 @@ fn main() -> ExitCode {
             return ExitCode::from(code as u8);
         }
     };
-    match cli.cmd {
+    let Some(cmd) = cli.cmd else {
+        let kind = cli.generate.unwrap_or(rea::generate::Generate::Man);
+        let code = rea::generate::print(kind, <Cli as clap::CommandFactory>::command());
+        return ExitCode::from(code as u8);
+    };
+    match cmd {
         Cmd::Verify {
             log,
             expect_head,

@@ -58,11 +58,17 @@ naming the files an upload may create; the controller keeps the receipt's SHA-25
 a head. If the upload fails before any exec, rea-stage discard removes the stage, and only if \
 it is exactly that stage, unarmed (no rea-watchdog ran there), holding nothing but declared \
 regular files of ours with one link each, and held by no process, mount or loop device. Anything else is refused and nothing is deleted.",
-    after_help = EXIT_HELP
+    after_help = EXIT_HELP,
+    args_conflicts_with_subcommands = true,
+    arg_required_else_help = true
 )]
 struct Cli {
+    /// Print this program's man page or a shell completion script (made
+    /// from these very options) and exit.
+    #[arg(long, value_name = "KIND")]
+    generate: Option<rea::generate::Generate>,
     #[command(subcommand)]
-    cmd: Cmd,
+    cmd: Option<Cmd>,
 }
 
 #[derive(Subcommand)]
@@ -104,7 +110,12 @@ fn main() -> ExitCode {
             return ExitCode::from(code as u8);
         }
     };
-    match cli.cmd {
+    let Some(cmd) = cli.cmd else {
+        let kind = cli.generate.unwrap_or(rea::generate::Generate::Man);
+        let code = rea::generate::print(kind, <Cli as clap::CommandFactory>::command());
+        return ExitCode::from(code as u8);
+    };
+    match cmd {
         Cmd::Begin { dir, files } => match begin(&dir, &files) {
             Ok((sha, _)) => {
                 println!("{sha}");

@@ -1,23 +1,17 @@
-//! `rea-watchdog`: owns every process of one action and proves none is left.
+//! rea-watchdog's command line: the subcommands, their options and help,
+//! and how the common bounds become a [`Config`]. `main.rs` dispatches.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use rea::audit::record::{Handover, Mode};
-use rea::client::{resolve_program, ClientError, Session, Submit};
+use rea::audit::record::Mode;
 use rea::contain::choice::ContainChoice;
 use rea::contain::mode::ContainRequest;
-use rea::protocol::{RefusalReason, Reply};
 use rea::units::{parse_bytes, parse_duration, parse_positive_duration};
 use rea::vocab::{is_token, AskSpan, StopSignal};
 use rea::watchdog::config::{new_run_id, Config};
-use rea::watchdog::modes::{
-    self, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_OWN_FAILURE, EXIT_STOPPED,
-};
-use rea::watchdog::start::RootChoice;
 
 #[derive(Parser)]
 #[command(
@@ -29,15 +23,21 @@ own session, every orphan comes back to it (child subreaper), and on any stop tr
 TERMs, then KILLs, only processes it has bound to a verified pidfd, until waitid says ECHILD \
 and /proc shows no descendant. Every decision goes into a SHA-256 hash-chained audit log; \
 `rea-audit verify` decides from it whether the staging directory may be deleted.",
-    after_help = rea::watchdog::help::EXIT_HELP
+    after_help = rea::watchdog::help::EXIT_HELP,
+    args_conflicts_with_subcommands = true,
+    arg_required_else_help = true
 )]
-struct Cli {
+pub struct Cli {
+    /// Print this program's man page or a shell completion script (made
+    /// from these very options) and exit.
+    #[arg(long, value_name = "KIND")]
+    pub generate: Option<rea::generate::Generate>,
     #[command(subcommand)]
-    cmd: Cmd,
+    pub cmd: Option<Cmd>,
 }
 
 #[derive(Args, Clone)]
-struct Bounds {
+pub struct Bounds {
     /// SIGTERM grace before SIGKILL sweeps (like timeout: 0.5, 500ms, 2s).
     #[arg(
         long,
@@ -46,7 +46,7 @@ struct Bounds {
         value_parser = parse_duration,
         default_value = "500ms"
     )]
-    term_grace: Duration,
+    pub term_grace: Duration,
     /// Longest the SIGKILL sweeps may take before the proof fails.
     #[arg(
         long,
@@ -55,13 +55,13 @@ struct Bounds {
         value_parser = parse_duration,
         default_value = "3s"
     )]
-    kill_bound: Duration,
+    pub kill_bound: Duration,
     /// Forward these environment variables to jobs (repeatable).
     #[arg(long, value_name = "NAME")]
-    pass_env: Vec<String>,
+    pub pass_env: Vec<String>,
     /// A staging directory to inventory at close (never deleted).
     #[arg(long, value_name = "DIR")]
-    staging: Option<PathBuf>,
+    pub staging: Option<PathBuf>,
     /// Kernel containment: the action's own cgroup v2 group (auto: when a
     /// writable cgroup2 hierarchy is found; cgroup: refuse to start
     /// without one; none: user space only). REA_CONTAIN sets the default.
@@ -72,15 +72,15 @@ struct Bounds {
         default_value = "auto",
         env = "REA_CONTAIN"
     )]
-    contain: ContainRequest,
+    pub contain: ContainRequest,
     /// Look for the cgroup2 hierarchy at this mount point instead of
     /// /proc/self/mountinfo (tests).
     #[arg(long, value_name = "DIR", hide = true)]
-    cgroup_root: Option<PathBuf>,
+    pub cgroup_root: Option<PathBuf>,
 }
 
 impl Bounds {
-    fn contain(&self) -> ContainChoice {
+    pub fn contain(&self) -> ContainChoice {
         ContainChoice {
             request: self.contain,
             root_override: self.cgroup_root.clone(),
@@ -93,7 +93,7 @@ fn parse_contain(s: &str) -> Result<ContainRequest, String> {
 }
 
 #[derive(Subcommand)]
-enum Cmd {
+pub enum Cmd {
     /// Start a watchdog that serves a controller through DIR/requests.
     #[command(after_help = "\
 Example (a controller in Python would read the ready line from stdout):
@@ -256,10 +256,10 @@ while jobs run stops them first (close_while_running).")]
 
 /// `stop` and `close`: which watchdog, and how long to wait for its answer.
 #[derive(Args)]
-struct Ask {
+pub struct Ask {
     /// The watchdog's state directory (its ready line names it).
     #[arg(long, value_name = "DIR", env = "REA_STATE_DIR")]
-    state_dir: PathBuf,
+    pub state_dir: PathBuf,
     /// How long to wait for the answer: 60, 0.5, 500ms, 2m.
     #[arg(
         long,
@@ -268,10 +268,10 @@ struct Ask {
         value_parser = parse_duration,
         default_value = "8s"
     )]
-    wait: Duration,
+    pub wait: Duration,
 }
 
-fn config(mode: Mode, run_id: Option<String>, b: Bounds) -> Result<Config, String> {
+pub fn config(mode: Mode, run_id: Option<String>, b: Bounds) -> Result<Config, String> {
     let run_id = run_id.unwrap_or_else(new_run_id);
     if !is_token(&run_id) {
         return Err(format!(
@@ -303,288 +303,4 @@ fn config(mode: Mode, run_id: Option<String>, b: Bounds) -> Result<Config, Strin
 /// `--stop-signal`: TERM, INT, HUP, QUIT, USR1, USR2 (also SIGTERM, any case).
 fn parse_stop_signal(s: &str) -> Result<StopSignal, String> {
     StopSignal::parse(s).ok_or_else(|| format!("{s:?} is not one of {}", StopSignal::NAMES))
-}
-
-fn die(msg: impl std::fmt::Display) -> i32 {
-    rea::tell::note(msg);
-    EXIT_OWN_FAILURE
-}
-
-/// Records SIGPIPE's disposition as the caller gave it, before Rust's
-/// runtime sets it to SIG_IGN (`process::dispositions`): exec hands an
-/// ignored SIGPIPE on to its job, as timeout(1) does.
-#[used]
-#[link_section = ".init_array"]
-static NOTE_SIGPIPE: extern "C" fn() = {
-    extern "C" fn note() {
-        rea::process::dispositions::note_sigpipe_before_main();
-    }
-    note
-};
-
-fn main() -> ExitCode {
-    // The `timeout` personality reads coreutils' command line, not ours.
-    let args: Vec<OsString> = std::env::args_os().collect();
-    let becomes_watchdog = |a: &OsString| a == "run" || a == "exec" || a == "timeout";
-    if args.get(1).is_some_and(becomes_watchdog)
-        || args
-            .first()
-            .is_some_and(|a| rea::timeout::invoked_as_timeout(a))
-    {
-        rea::process::dispositions::block_early();
-    }
-    let timeout = match args.get(1) {
-        Some(a) if a == "timeout" => Some(&args[2..]),
-        _ if args
-            .first()
-            .is_some_and(|a| rea::timeout::invoked_as_timeout(a)) =>
-        {
-            Some(&args[1..])
-        }
-        _ => None,
-    };
-    if let Some(rest) = timeout {
-        return ExitCode::from(rea::timeout::main(rest).clamp(0, 255) as u8);
-    }
-    let code = match Cli::try_parse() {
-        Ok(cli) => dispatch(cli.cmd),
-        Err(e) => {
-            let _ = e.print();
-            if e.use_stderr() {
-                EXIT_OWN_FAILURE
-            } else {
-                0
-            }
-        }
-    };
-    ExitCode::from(code.clamp(0, 255) as u8)
-}
-
-fn dispatch(cmd: Cmd) -> i32 {
-    match cmd {
-        Cmd::Recover {
-            log,
-            audit_log,
-            staging,
-        } => {
-            let done = rea::recover::recover(&rea::recover::Options {
-                log,
-                new: audit_log,
-                staging,
-            });
-            match serde_json::to_string(&done) {
-                // A closed stdout is not a reason to panic: the log holds it.
-                Ok(line) => {
-                    use std::io::Write;
-                    let _ = writeln!(std::io::stdout(), "{line}");
-                }
-                Err(e) => return die(format!("cannot print the result: {e}")),
-            }
-            done.exit_code
-        }
-        Cmd::Run {
-            state_dir,
-            audit_log,
-            run_id,
-            root_pid,
-            root_start_time,
-            action_deadline,
-            output_cap,
-            forward_signals,
-            bounds,
-        } => {
-            let contain = bounds.contain();
-            let mut cfg = match config(Mode::Run, run_id, bounds) {
-                Ok(c) => c,
-                Err(e) => return die(e),
-            };
-            cfg.state_dir = state_dir;
-            cfg.audit_log = audit_log;
-            cfg.action_deadline = action_deadline;
-            cfg.output_cap = Some(output_cap);
-            cfg.forward_signals = forward_signals;
-            modes::run(
-                cfg,
-                RootChoice {
-                    pid: root_pid,
-                    start_time: root_start_time,
-                    unwatched: false,
-                },
-                &contain,
-            )
-        }
-        Cmd::Exec {
-            audit_log,
-            deadline,
-            output_cap,
-            capture,
-            env,
-            bounds,
-            argv,
-        } => {
-            let contain = bounds.contain();
-            let mut cfg = match config(Mode::Exec, None, bounds) {
-                Ok(c) => c,
-                Err(e) => return die(e),
-            };
-            cfg.audit_log = audit_log.unwrap_or_default();
-            cfg.output_cap = output_cap;
-            cfg.handover = Some(Handover {
-                env_inherited: env == "inherit",
-                stdio_inherited: !capture,
-                kept_ignored: Vec::new(), // filled from what the caller ignored, at start
-                own_session: true,
-                pdeathsig: libc::SIGKILL,
-                inherited: Vec::new(), // the children it has at start
-                inherited_total: 0,
-            });
-            modes::exec(cfg, argv, deadline, &contain)
-        }
-        Cmd::Submit {
-            state_dir,
-            name,
-            deadline,
-            inner_alarm,
-            stop_signal,
-            capture,
-            mut argv,
-        } => {
-            if let Some(n) = &name {
-                if !is_token(n) {
-                    return die(format!("--name {n:?} must match [A-Za-z0-9_.-]{{1,64}}"));
-                }
-            }
-            match resolve_program(&argv[0]) {
-                Some(p) => argv[0] = p.to_string_lossy().into_owned(),
-                None => {
-                    rea::tell::note(format_args!("{}: command not found", argv[0]));
-                    return EXIT_NOT_FOUND;
-                }
-            }
-            let session = match Session::open(&state_dir) {
-                Ok(s) => s,
-                Err(e) => return die(e),
-            };
-            let job = Submit {
-                argv,
-                deadline,
-                inner_alarm,
-                stop_signal,
-                capture,
-                name,
-            };
-            match session.submit(job) {
-                Ok(replies) => submit_status(&replies),
-                Err(e) => die(e),
-            }
-        }
-        Cmd::Stop(Ask { state_dir, wait }) => answer(
-            "stop",
-            &state_dir,
-            |s| s.stop(wait),
-            |reply| match reply {
-                Reply::StopComplete {
-                    reason, quiescent, ..
-                } => Some((
-                    serde_json::json!({"stopped": true, "reason": reason, "quiescent": quiescent}),
-                    *quiescent,
-                )),
-                _ => None,
-            },
-        ),
-        Cmd::Close(Ask { state_dir, wait }) => answer(
-            "close",
-            &state_dir,
-            |s| s.close(wait),
-            |reply| match reply {
-                Reply::Closed {
-                    outcome,
-                    stop_reason,
-                    positive,
-                    head,
-                    audit_log,
-                    ..
-                } => Some((
-                    serde_json::json!({
-                        "outcome": outcome, "stop_reason": stop_reason, "positive": positive,
-                        "head": head, "audit_log": audit_log,
-                    }),
-                    *positive,
-                )),
-                _ => None,
-            },
-        ),
-    }
-}
-
-/// `stop` and `close`: one request to the watchdog, its final reply printed
-/// as one JSON line. Exit 0 when `report` says the outcome is good, 1 when
-/// not, 125 for a refusal, an unexpected reply or any client error.
-fn answer(
-    what: &str,
-    state_dir: &Path,
-    ask: impl FnOnce(&Session) -> Result<Reply, ClientError>,
-    report: impl FnOnce(&Reply) -> Option<(serde_json::Value, bool)>,
-) -> i32 {
-    let reply = match Session::open(state_dir).and_then(|s| ask(&s)) {
-        Ok(r) => r,
-        Err(e) => return die(e),
-    };
-    if let Reply::Refused { reason, detail, .. } = &reply {
-        return die(format!("{what} refused: {} ({detail})", reason.as_str()));
-    }
-    match report(&reply) {
-        Some((line, good)) => {
-            rea::tell::line(rea::tell::Stream::Stdout, &line);
-            if good {
-                0
-            } else {
-                1
-            }
-        }
-        None => die(format!("unexpected reply: {reply:?}")),
-    }
-}
-
-/// Prints captured output and maps the result like timeout(1).
-fn submit_status(replies: &[Reply]) -> i32 {
-    use std::io::Write;
-    let print = |s: &rea::protocol::StreamReply, out: &mut dyn Write| {
-        if let Some(bytes) = s.data_b64.as_deref().and_then(rea::b64::decode) {
-            let _ = out.write_all(&bytes);
-            let _ = out.flush();
-        }
-    };
-    match replies.last() {
-        Some(Reply::Exited {
-            status,
-            stdout,
-            stderr,
-            ..
-        }) => {
-            print(stdout, &mut std::io::stdout());
-            print(stderr, &mut std::io::stderr());
-            status.shell_code()
-        }
-        Some(Reply::Stopped {
-            reason,
-            stdout,
-            stderr,
-            ..
-        }) => {
-            print(stdout, &mut std::io::stdout());
-            print(stderr, &mut std::io::stderr());
-            rea::tell::note(format_args!("the action was stopped ({})", reason.as_str()));
-            EXIT_STOPPED
-        }
-        Some(Reply::Refused { reason, detail, .. }) => {
-            rea::tell::note(format_args!("refused: {} ({detail})", reason.as_str()));
-            match reason {
-                RefusalReason::NotFound => EXIT_NOT_FOUND,
-                RefusalReason::NotExecutable => EXIT_CANNOT_EXECUTE,
-                _ => EXIT_OWN_FAILURE,
-            }
-        }
-        other => die(format!("unexpected reply: {other:?}")),
-    }
 }
