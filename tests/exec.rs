@@ -78,6 +78,34 @@ fn code(out: &Output) -> Option<i32> {
     out.status.code()
 }
 
+fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `--json-status`'s file, checked against its schema.
+fn json_status(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(
+        text.ends_with('\n') && text.lines().count() == 1,
+        "{text:?}"
+    );
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let errors = common::schema::schema_errors(common::schema::exec_status_validator(), &v);
+    assert!(errors.is_empty(), "{errors:#?}\n{v:#}");
+    v
+}
+
+/// The head exec printed on stderr (`rea-watchdog: sealed head HEX`).
+fn printed_head(out: &Output) -> String {
+    let err = stderr_of(out);
+    let heads: Vec<&str> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("rea-watchdog: sealed head "))
+        .collect();
+    assert_eq!(heads.len(), 1, "{err}");
+    heads[0].to_string()
+}
+
 fn exec_status(records: &[Value]) -> Value {
     of_kind(records, "job_exited")[0]["data"]["status"].clone()
 }
@@ -279,6 +307,11 @@ fn exec_exit_126_when_argv_cannot_be_executed() {
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
     let out = e.run(&[], &[script.to_str().unwrap()]);
     assert_eq!(code(&out), Some(126), "{out:?}");
+    let said = format!(
+        "rea-watchdog: failed to run command '{}': Permission denied\n",
+        script.display()
+    );
+    assert!(stderr_of(&out).contains(&said), "{out:?}");
     let records = e.records();
     let failed = of_kind(&records, "job_failed");
     assert_eq!(failed.len(), 1, "{records:#?}");
@@ -296,8 +329,20 @@ fn exec_exit_127_when_argv_is_not_found() {
         return;
     }
     let e = Exec::new();
-    let out = e.run(&[], &["/nonexistent/bin/runtime"]);
+    let json = e.scratch.path("status.json");
+    let out = e.run(
+        &["--json-status", json.to_str().unwrap()],
+        &["/nonexistent/bin/runtime"],
+    );
     assert_eq!(code(&out), Some(127), "{out:?}");
+    let said = "rea-watchdog: failed to run command '/nonexistent/bin/runtime': No such file or directory\n";
+    assert!(stderr_of(&out).contains(said), "{out:?}");
+    let status = json_status(&json);
+    assert_eq!(status["exit"], 127);
+    assert_eq!(
+        status["job"],
+        serde_json::json!({"failed": {"reason": "not_found"}})
+    );
     assert_eq!(
         of_kind(&e.records(), "job_failed")[0]["data"]["reason"],
         "not_found"
@@ -424,4 +469,83 @@ fn a_nested_spawn_that_fails_is_refused_to_its_caller_and_the_action_goes_on() {
     assert_eq!(exec_status(&records), serde_json::json!({"code": 0}));
     let v = e.verify(0);
     assert_eq!(v["outcome"], "closed");
+}
+
+/// exec prints the sealed head, and it is SHA-256 of the log's sealed last
+/// line (what `verify --expect-head` pins); `--json-status` says the same
+/// ending as one object that validates, for a job that exited and for a
+/// deadline stop.
+#[test]
+fn exec_prints_the_sealed_head_and_writes_its_status() {
+    use sha2::{Digest, Sha256};
+    if skip_outside_pid_ns("exec sealed head") {
+        return;
+    }
+    let e = Exec::new();
+    let json = e.scratch.path("status.json");
+    let out = e.run(
+        &["--json-status", json.to_str().unwrap()],
+        &["/bin/sh", "-c", "exit 3"],
+    );
+    assert_eq!(code(&out), Some(3), "{out:?}");
+    let head = printed_head(&out);
+    let text = std::fs::read_to_string(&e.log).unwrap();
+    let last = text.lines().last().unwrap();
+    let want: String = Sha256::digest(last.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(head, want);
+    let (got, v) = verify_log(&e.log, &["--expect-head", &head]);
+    assert_eq!(got, 0, "{v:#}");
+    let status = json_status(&json);
+    assert_eq!(status["head"], head.as_str());
+    assert_eq!(status["exit"], 3);
+    assert_eq!(status["outcome"], "closed");
+    assert_eq!(status["quiescent"], true);
+    assert_eq!(
+        status["job"],
+        serde_json::json!({"exited": {"status": {"code": 3}}})
+    );
+    assert_eq!(status["audit_log"], e.log.to_str().unwrap());
+    assert_eq!(status["run"], e.records()[0]["run"]);
+
+    let e = Exec::new();
+    let json = e.scratch.path("status.json");
+    let out = e.run(
+        &["--deadline", "0.2", "--json-status", json.to_str().unwrap()],
+        &["/bin/sleep", "60"],
+    );
+    assert_eq!(code(&out), Some(124), "{out:?}");
+    let status = json_status(&json);
+    assert_eq!(status["exit"], 124);
+    assert_eq!(status["outcome"], "stopped");
+    assert_eq!(status["stop_reason"], "deadline");
+    assert_eq!(status["head"], printed_head(&out).as_str());
+}
+
+/// A `--json-status` that cannot be written is said on stderr; the exit
+/// status is still ARGV's, and nothing half-written is left.
+#[test]
+fn exec_json_status_that_cannot_be_written_is_said() {
+    if skip_outside_pid_ns("exec json-status unwritable") {
+        return;
+    }
+    let e = Exec::new();
+    let json = e.scratch.path("no-such-dir/status.json");
+    let out = e.run(
+        &["--json-status", json.to_str().unwrap()],
+        &["/bin/sh", "-c", "exit 4"],
+    );
+    assert_eq!(code(&out), Some(4), "{out:?}");
+    let err = stderr_of(&out);
+    assert!(
+        err.contains(&format!(
+            "rea-watchdog: cannot write --json-status {}: ",
+            json.display()
+        )),
+        "{err}"
+    );
+    assert!(!json.exists());
+    e.verify(0);
 }

@@ -6,6 +6,7 @@ pub mod caller;
 pub mod config;
 pub mod detach;
 pub mod effect;
+pub mod exec_status;
 pub mod external;
 pub mod framer;
 pub mod help;

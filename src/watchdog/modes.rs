@@ -144,11 +144,14 @@ pub fn run(cfg: Config, root: RootChoice, contain: &ContainChoice) -> i32 {
 
 /// `rea-watchdog exec`: ARGV's status, 124 stopped (128+N when a signal to
 /// the watchdog stopped it), 125 own failure, 126/127 cannot execute/find.
+/// Says the sealed head (and a program it could not run) on stderr, and
+/// writes `--json-status` once the action has ended.
 pub fn exec(
     cfg: Config,
     argv: Vec<OsString>,
     deadline: Option<std::time::Duration>,
     contain: &ContainChoice,
+    json_status: Option<&std::path::Path>,
 ) -> i32 {
     let how = ExecHow {
         deadline,
@@ -156,10 +159,21 @@ pub fn exec(
         announce: true,
         unwatched: false,
     };
-    match exec_action(cfg, argv, &how, contain) {
-        Ok(fin) => exec_status(&fin),
-        Err(code) => code,
+    let program = argv.first().cloned().unwrap_or_default();
+    let fin = match exec_action(cfg, argv, &how, contain) {
+        Ok(fin) => fin,
+        Err(code) => return code,
+    };
+    super::exec_status::tell(&fin, &program);
+    let code = exec_status(&fin);
+    if let Some(path) = json_status {
+        let status = super::exec_status::ExecStatus::of(&fin, code);
+        if let Err(e) = super::exec_status::write(path, &status) {
+            let path = path.display();
+            crate::tell::note(format_args!("cannot write --json-status {path}: {e}"));
+        }
     }
+    code
 }
 
 /// What differs between `exec` and the `timeout` personality.

@@ -177,6 +177,11 @@ symlink, or `rea-watchdog timeout --help`) it takes coreutils' command line.")]
         /// TMPDIR REA_* and --pass-env).
         #[arg(long, value_name = "ENV", value_parser = ["inherit", "minimal"], default_value = "inherit")]
         env: String,
+        /// Once the action has ended, write how to FILE as one JSON object
+        /// (exit status, outcome, stop reason, sealed head, ARGV's status;
+        /// audit-schema/exec-status.schema.json).
+        #[arg(long, value_name = "FILE")]
+        json_status: Option<PathBuf>,
         #[command(flatten)]
         bounds: Bounds,
         /// The command and its arguments.

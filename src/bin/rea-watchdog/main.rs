@@ -136,6 +136,7 @@ fn dispatch(cmd: Cmd) -> i32 {
             output_cap,
             capture,
             env,
+            json_status,
             bounds,
             argv,
         } => {
@@ -155,7 +156,7 @@ fn dispatch(cmd: Cmd) -> i32 {
                 inherited: Vec::new(), // the children it has at start
                 inherited_total: 0,
             });
-            modes::exec(cfg, argv, deadline, &contain)
+            modes::exec(cfg, argv, deadline, &contain, json_status.as_deref())
         }
         Cmd::Submit {
             state_dir,
