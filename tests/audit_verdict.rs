@@ -420,7 +420,32 @@ fn show_prints_one_line_per_record_in_order() {
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
+    // Verification first: the header, a blank line, then the timeline.
+    let (head, timeline) = text.split_once("\n\n").unwrap();
+    let verdict = common::logs::rea_audit()
+        .args(["verify", "--json"])
+        .arg(&log.path)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&verdict.stdout).unwrap();
+    let head_lines: Vec<&str> = head.lines().collect();
+    assert_eq!(head_lines[0], format!("log       {}", log.path.display()));
+    assert_eq!(
+        head_lines[1],
+        "verdict   delete_allowed (verify's exit status 0)"
+    );
+    assert!(
+        head_lines[2].starts_with(&format!(
+            "run       {}, started 20",
+            v["run"].as_str().unwrap()
+        )),
+        "{head}"
+    );
+    assert_eq!(
+        head_lines[3],
+        format!("head      {} (sealed)", v["head"].as_str().unwrap())
+    );
+    let lines: Vec<&str> = timeline.lines().collect();
     assert_eq!(lines.len(), log.kinds.len(), "{text}");
     for (i, (line, kind)) in lines.iter().zip(&log.kinds).enumerate() {
         let cols: Vec<&str> = line.split_whitespace().collect();
@@ -433,7 +458,18 @@ fn show_prints_one_line_per_record_in_order() {
         find("job_spawned").contains("/opt/hopper/install.sh"),
         "{text}"
     );
-    assert!(find("receipt").contains("Stopped (abandoned)"), "{text}");
+    assert!(find("receipt").contains("stopped (abandoned)"), "{text}");
+    // Plain words, never Rust debug names.
+    for debug in [
+        "Run mode",
+        "via Parent",
+        "Stopped",
+        " Term",
+        " Kill:",
+        "Some(",
+    ] {
+        assert!(!timeline.contains(debug), "{debug:?} in {timeline}");
+    }
     // A torn tail is shown as such, not hidden.
     let mut data = fs::read(&log.path).unwrap();
     data.extend_from_slice(b"{\"v\":1,\"ru");

@@ -433,13 +433,17 @@ fn show_escapes_terminal_controls() {
         rea_audit().arg("show").arg(&log.path),
         Duration::from_secs(5),
     );
-    assert!(out.status.success());
+    // Edited, so tampered: show says so first and exits as verify does.
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
     let text = String::from_utf8(out.stdout).expect("UTF-8");
+    assert!(text.starts_with("log "), "{text}");
+    assert!(text.contains("\nverdict   retain: tampered"), "{text}");
     for c in text.chars() {
         let control = (c < ' ' && c != '\n') || ('\u{7f}'..='\u{9f}').contains(&c);
         assert!(!control, "raw control {c:?} printed: {text:?}");
     }
-    let line = text.lines().nth(k - 1).unwrap();
+    let timeline: Vec<&str> = text.lines().skip_while(|l| !l.is_empty()).skip(1).collect();
+    let line = timeline[k - 1];
     assert!(
         line.contains("\\x1b]0;pwned\\x07\\x1b[2J\\x7f\\u{9b}31m"),
         "{line}"

@@ -8,7 +8,7 @@ use std::io::{self, Write};
 
 use super::people;
 use super::reader::{parse_line, read_lines, Piece};
-use super::record::{AskEnd, Event, HoldersScanned, Proc, Status, TempEntry};
+use super::record::{AskEnd, Event, HoldersScanned, Ident, Proc, Status, TempEntry};
 use super::writer::MAX_LINE;
 
 /// Sockets, FIFOs, devices: named, since a runtime may still hold them.
@@ -37,6 +37,16 @@ fn procs(ps: &[Proc]) -> String {
     s.join(" ")
 }
 
+/// A value in the words the log itself uses (its serde name: `run`,
+/// `parent`, `term`, `stop_requested`), never a Rust debug name.
+fn word<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
+    }
+}
+
 fn status(s: Status) -> String {
     match s {
         Status::Code(c) => format!("exit {c}"),
@@ -48,8 +58,8 @@ fn status(s: Status) -> String {
 pub fn summary(ev: &Event) -> String {
     match ev {
         Event::RunStarted(r) => format!(
-            "{:?} mode, watchdog pid {}, state {}, grace {}ms, kill bound {}ms{}",
-            r.mode,
+            "{} mode, watchdog pid {}, state {}, grace {}ms, kill bound {}ms{}",
+            word(&r.mode),
             r.watchdog.pid,
             r.state_dir,
             r.bounds.term_grace_ms,
@@ -57,13 +67,15 @@ pub fn summary(ev: &Event) -> String {
             r.staging.as_ref().map(|s| format!(", staging {}", s.path)).unwrap_or_default()
         ),
         Event::RootBound(r) => match (r.root, &r.comm) {
-            (Some(root), Some(comm)) => format!("root {} ({comm}) via {:?}", root.pid, r.source),
-            _ => format!("no root bound ({:?})", r.source),
+            (Some(root), Some(comm)) => {
+                format!("root {} ({comm}), bound as the {}", root.pid, word(&r.source))
+            }
+            _ => format!("no root bound ({})", word(&r.source)),
         },
         Event::StageArmed(a) => format!("stage {} armed: {} (inode {}) before any spawn", a.path, a.marker, a.ino),
         Event::RequestReceived(r) => format!(
             "{} {} from {}",
-            r.op.map(|o| format!("{o:?}").to_lowercase()).unwrap_or_else(|| "?".into()),
+            r.op.map(|o| word(&o)).unwrap_or_else(|| "?".into()),
             r.id.as_deref().unwrap_or("?"),
             r.caller.map(|c| c.pid.to_string()).unwrap_or_else(|| "?".into())
         ),
@@ -103,7 +115,7 @@ pub fn summary(ev: &Event) -> String {
             j.stderr.bytes,
             if j.stopped { " (stopped)" } else { "" }
         ),
-        Event::OutputCapped(o) => format!("job {} output over {} bytes ({:?})", o.job, o.cap, o.stream),
+        Event::OutputCapped(o) => format!("job {} output over {} bytes ({})", o.job, o.cap, word(&o.stream)),
         Event::ReplyFailed(r) => format!("reply to {} failed: {}", r.id, r.detail),
         Event::StopTriggered(t) => format!(
             "{}{}: {} {}{}",
@@ -112,14 +124,14 @@ pub fn summary(ev: &Event) -> String {
             t.detail,
             procs(&t.processes),
             match t.priority {
-                Some(p) => format!(" [stopping at priority {p:?}]").to_lowercase(),
+                Some(p) => format!(" [stopping at priority {}]", word(&p)),
                 None => String::new(),
             }
         ),
         Event::SignalSweep(s) => format!(
-            "sweep {} {:?}: {} to {} process(es) {}",
+            "sweep {} {}: {} to {} process(es) {}",
             s.sweep,
-            s.stage,
+            word(&s.stage).to_uppercase(),
             s.signals.iter().map(|g| g.name()).collect::<Vec<_>>().join("+"),
             s.targets.len(),
             procs(&s.targets)
@@ -169,7 +181,7 @@ pub fn summary(ev: &Event) -> String {
                 .join(", ")
                 + if r.processes.len() > 8 { ", ..." } else { "" }
         ),
-        Event::MappingUncertain(m) => format!("pid {} ({}) uncertain: {:?} {}", m.process.pid, m.process.comm, m.reason, m.detail),
+        Event::MappingUncertain(m) => format!("pid {} ({}) uncertain: {} {}", m.process.pid, m.process.comm, word(&m.reason), m.detail),
         Event::StopCompleted(s) => format!(
             "{} sweeps in {}ms, echild {}, scan empty {}, left {}",
             s.sweeps, s.elapsed_ms, s.echild, s.scan_empty, s.left
@@ -209,10 +221,13 @@ pub fn summary(ev: &Event) -> String {
         }
         Event::Containment(c) => match &c.group {
             Some(g) => format!(
-                "{:?} (asked {:?}): group {} inode {}",
-                c.mode, c.requested, g.path, g.ino
+                "{} (asked {}): group {} inode {}",
+                word(&c.mode),
+                word(&c.requested),
+                g.path,
+                g.ino
             ),
-            None => format!("{:?} (asked {:?}) {}", c.mode, c.requested, c.detail),
+            None => format!("{} (asked {}) {}", word(&c.mode), word(&c.requested), c.detail),
         },
         Event::GroupKill(k) => format!(
             "cgroup.kill of group inode {} ({} members)",
@@ -227,8 +242,8 @@ pub fn summary(ev: &Event) -> String {
             g.group.path, g.group.ino, g.populated, g.removed, g.detail
         ),
         Event::Receipt(r) => format!(
-            "{:?}{} quiescent {} uncertain {} temp removed {} root alive {} (jobs {}, signals {}, reaped {})",
-            r.outcome,
+            "{}{} quiescent {} uncertain {} temp removed {} root alive {} (jobs {}, signals {}, reaped {})",
+            word(&r.outcome),
             r.stop_reason.map(|s| format!(" ({})", s.as_str())).unwrap_or_default(),
             r.quiescent,
             r.uncertain_mappings,
@@ -241,53 +256,133 @@ pub fn summary(ev: &Event) -> String {
     }
 }
 
-/// Writes the timeline of the log read from `r` to `out`, one line per
-/// record, escaped for a terminal.
-pub fn write_timeline<R: io::Read, W: Write>(r: R, out: &mut W) -> io::Result<()> {
+/// One line of the timeline: the log's line number, and for a record its
+/// seq, its time since the first record, its kind; `text` is unescaped
+/// (the text form escapes it, JSON escapes by itself).
+#[derive(serde::Serialize, Debug)]
+pub struct ShowLine {
+    pub line: u64,
+    pub seq: Option<u64>,
+    pub at_ms: Option<f64>,
+    pub kind: Option<String>,
+    pub text: String,
+}
+
+/// Who asked for each job, by the leaders seen so far: a nested launcher
+/// is named by the job that asked for it.
+#[derive(Default)]
+struct Askers {
+    root: Option<Ident>,
+    leaders: Vec<(Ident, u64, String)>,
+}
+
+impl Askers {
+    fn note(&mut self, ev: &Event) -> Option<String> {
+        match ev {
+            Event::RootBound(r) => self.root = r.root,
+            Event::JobSpawned(j) => {
+                let name = j.name.clone().unwrap_or_else(|| j.id.clone());
+                let by = j
+                    .caller
+                    .map(|c| match self.leaders.iter().find(|(l, ..)| same(l, &c)) {
+                        Some((_, job, asker)) => format!("asked by job {job} ({asker})"),
+                        None if self.root.is_some_and(|r| same(&r, &c)) => {
+                            "asked by the controller".into()
+                        }
+                        None => format!("asked by pid {} (a descendant)", c.pid),
+                    });
+                let me = Ident {
+                    pid: j.pid,
+                    start_time: j.start_time,
+                    uid: j.uid,
+                };
+                self.leaders.push((me, j.job, name));
+                return by;
+            }
+            _ => {}
+        }
+        None
+    }
+}
+
+fn same(a: &Ident, b: &Ident) -> bool {
+    a.pid == b.pid && a.start_time == b.start_time
+}
+
+/// Reads the log from `r` and calls `each` with one [`ShowLine`] per line
+/// (unreadable and torn lines included, said as such).
+pub fn each_line<R: io::Read>(r: R, mut each: impl FnMut(ShowLine)) -> io::Result<()> {
     let mut t0 = None;
     let mut n = 0u64;
-    let mut failed: Option<io::Error> = None;
-    let mut emit = |text: String, out: &mut W| {
-        if failed.is_none() {
-            if let Err(e) = writeln!(out, "{}", people::escape(&text)) {
-                failed = Some(e);
-            }
-        }
-    };
+    let mut askers = Askers::default();
     let torn = read_lines(r, |piece| {
         n += 1;
-        let text = match piece {
-            Piece::Overlong(len) => {
-                format!("line {n}: unreadable (LineTooLong: {len} bytes; the cap is {MAX_LINE})")
-            }
+        let plain = |text: String| ShowLine {
+            line: n,
+            seq: None,
+            at_ms: None,
+            kind: None,
+            text,
+        };
+        let shown = match piece {
+            Piece::Overlong(len) => plain(format!(
+                "unreadable (line_too_long: {len} bytes; the cap is {MAX_LINE})"
+            )),
             Piece::Line(line) => match parse_line(line) {
                 Ok(rec) => {
                     let t0 = *t0.get_or_insert(rec.mono_ns);
                     let us = rec.mono_ns.saturating_sub(t0) / 1000;
-                    format!(
-                        "{:>5} {:>7}.{:03}ms  {:<22} {}",
-                        rec.seq,
-                        us / 1000,
-                        us % 1000,
-                        rec.event.kind(),
-                        summary(&rec.event)
-                    )
+                    let mut text = summary(&rec.event).trim_end().to_string();
+                    if let Some(by) = askers.note(&rec.event) {
+                        text = format!("{text} ({by})");
+                    }
+                    ShowLine {
+                        line: n,
+                        seq: Some(rec.seq),
+                        at_ms: Some(us as f64 / 1000.0),
+                        kind: Some(rec.event.kind().to_string()),
+                        text,
+                    }
                 }
-                Err(e) => super::stage_log::show_line(line)
-                    .or_else(|| super::recover_log::show_line(line))
-                    .unwrap_or_else(|| {
-                        format!("line {n}: unreadable ({:?}: {})", e.code, e.detail)
-                    }),
+                Err(e) => plain(
+                    super::stage_log::show_line(line)
+                        .or_else(|| super::recover_log::show_line(line))
+                        .unwrap_or_else(|| format!("unreadable ({}: {})", word(&e.code), e.detail)),
+                ),
             },
         };
-        emit(text, out);
+        each(shown);
     })?;
     if let Some(t) = torn {
-        emit(
-            format!("(torn last line: {} bytes without a newline)", t.len()),
-            out,
-        );
+        each(ShowLine {
+            line: n + 1,
+            seq: None,
+            at_ms: None,
+            kind: None,
+            text: format!("torn last line: {} bytes without a newline", t.len()),
+        });
     }
+    Ok(())
+}
+
+/// Writes the timeline of the log read from `r` to `out`, one line per
+/// log line, escaped for a terminal.
+pub fn write_timeline<R: io::Read, W: Write>(r: R, out: &mut W) -> io::Result<()> {
+    let mut failed: Option<io::Error> = None;
+    each_line(r, |l| {
+        if failed.is_some() {
+            return;
+        }
+        let text = match (l.seq, l.at_ms, &l.kind) {
+            (Some(seq), Some(ms), Some(kind)) => {
+                format!("{seq:>5} {ms:>11.3}ms  {kind:<22} {}", l.text)
+            }
+            _ => format!("line {}: {}", l.line, l.text),
+        };
+        if let Err(e) = writeln!(out, "{}", people::escape(&text)) {
+            failed = Some(e);
+        }
+    })?;
     match failed {
         Some(e) => Err(e),
         None => Ok(()),
@@ -300,4 +395,81 @@ pub fn timeline(data: &[u8]) -> String {
     // Writing to a Vec cannot fail.
     let _ = write_timeline(data, &mut out);
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The first lines `show` prints, before the timeline: what verification
+/// found (`verdict` is any of the three verifiers' `--json` objects: a
+/// watchdog log's, a discard log's, a recovery log's), the run and when
+/// it started (the first record's wall clock), the head, and the reasons.
+/// Unescaped: the caller escapes them with the timeline.
+pub fn header(log: &str, verdict: &serde_json::Value, started: Option<&str>) -> Vec<String> {
+    const SHOWN: usize = 10;
+    let text = |k: &str| verdict[k].as_str().map(str::to_string);
+    let decision = text("verdict")
+        .or_else(|| text("result"))
+        .unwrap_or_else(|| "?".into());
+    let status = text("status").filter(|s| *s != decision);
+    let mut out = vec![format!("log       {log}")];
+    out.push(format!(
+        "verdict   {decision}{} (verify's exit status {})",
+        status.map(|s| format!(": {s}")).unwrap_or_default(),
+        verdict["exit_code"]
+    ));
+    out.push(format!(
+        "run       {}{}",
+        text("run").unwrap_or_else(|| "unknown".into()),
+        started
+            .map(|t| format!(", started {t}"))
+            .unwrap_or_default()
+    ));
+    let sealed = match verdict["sealed"].as_bool() {
+        Some(true) => " (sealed)",
+        Some(false) => " (not sealed)",
+        None => "",
+    };
+    out.push(format!(
+        "head      {}{sealed}",
+        text("head").unwrap_or_else(|| "none (no complete line)".into())
+    ));
+    let mut reasons: Vec<String> = Vec::new();
+    for key in ["reasons", "problems", "refusals"] {
+        for r in verdict[key].as_array().into_iter().flatten() {
+            let code = r["code"].as_str().or(r["reason"].as_str()).unwrap_or("?");
+            let at = r["line"]
+                .as_u64()
+                .map(|l| format!(" at line {l}"))
+                .unwrap_or_default();
+            let detail = r["detail"].as_str().unwrap_or("");
+            reasons.push(format!("{code}{at}: {detail}"));
+        }
+    }
+    let total = reasons.len();
+    for (i, r) in reasons.into_iter().take(SHOWN).enumerate() {
+        out.push(format!(
+            "{} {r}",
+            if i == 0 { "reason   " } else { "         " }
+        ));
+    }
+    if total > SHOWN {
+        out.push(format!(
+            "          +{} more (rea-audit verify LOG --json)",
+            total - SHOWN
+        ));
+    }
+    out
+}
+
+/// The wall-clock time of the log's first record, if it parses.
+pub fn started<R: io::Read>(r: R) -> Option<String> {
+    let mut first = None;
+    let _ = read_lines(r.take(MAX_LINE as u64 + 1), |piece| {
+        if let (None, Piece::Line(line)) = (&first, piece) {
+            first = Some(
+                parse_line(line)
+                    .map(|rec| rec.ts.into_owned())
+                    .unwrap_or_default(),
+            );
+        }
+    });
+    first.filter(|t| !t.is_empty())
 }

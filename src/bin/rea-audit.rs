@@ -165,8 +165,18 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Print the log as a readable timeline (control characters escaped).
-    Show { log: PathBuf },
+    /// Verify the log, then print what verify found and the log as a
+    /// timeline people read (control characters escaped); exits as verify.
+    #[command(after_help = SHOW_HELP)]
+    Show {
+        /// The audit log (a watchdog's, a discard log, a recovery log).
+        log: PathBuf,
+        /// Print one JSON object instead: the verdict (as verify --json
+        /// prints it), the first record's time, and every line's seq, time,
+        /// kind and text (audit-schema/show.schema.json).
+        #[arg(long)]
+        json: bool,
+    },
     /// List every process, mount and loop device that holds a directory
     /// tree (read-only; matched by device and inode, never by path).
     #[command(after_help = HOLDERS_HELP)]
@@ -320,18 +330,72 @@ fn main() -> ExitCode {
             }
             ExitCode::from(if scan.held() { 1 } else { 0 })
         }
-        Cmd::Show { log } => {
-            let name = escape(&log.display().to_string());
-            let f = match open_log(&log) {
-                Ok(f) => f,
-                Err(e) => return usage(&format!("{name}: {e}")),
-            };
-            let stdout = std::io::stdout();
-            let mut out = std::io::BufWriter::new(stdout.lock());
-            match write_timeline(f, &mut out).and_then(|()| out.flush()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => usage(&format!("{name}: {e}")),
-            }
+        Cmd::Show { log, json } => show(&log, json),
+    }
+}
+
+const SHOW_HELP: &str = "\
+First lines: the log, the verdict (what `rea-audit verify LOG` says, with
+its exit status), the run and the wall-clock time of its first record, the
+head (sealed or not), the reasons. Then one line per log line: seq, time
+since the first record, kind, and what it says in plain words (a nested
+launcher is named by the job that asked for it). A tampered log is shown,
+and said to be tampered, first. Exit status: verify's (0 delete_allowed).";
+
+/// `rea-audit show`: verification first, then the timeline.
+fn show(log: &std::path::Path, json: bool) -> ExitCode {
+    use rea::audit::show::{each_line, header, started};
+    let name = log.display().to_string();
+    let verdict = if is_stage_log(log) {
+        serde_json::to_value(verify_stage_file(log, None, None))
+    } else if is_recovery_log(log) {
+        serde_json::to_value(verify_recovery_file(log, &RecoveryOptions::default()))
+    } else {
+        serde_json::to_value(verify_file(log, &VerifyOptions::default()))
+    };
+    let verdict = match verdict {
+        Ok(v) => v,
+        Err(e) => return usage(&format!("cannot make the verdict: {e}")),
+    };
+    let code = verdict["exit_code"].as_u64().unwrap_or(4).min(255) as u8;
+    let f = match open_log(log) {
+        Ok(f) => f,
+        Err(e) => return usage(&format!("{}: {e}", escape(&name))),
+    };
+    let first = open_log(log).ok().and_then(started);
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let done = if json {
+        // Streamed, line by line: memory stays bounded by the line cap.
+        let opening = serde_json::json!({"log": name, "started": first, "verdict": verdict});
+        let mut text = opening.to_string();
+        text.pop(); // the closing brace: "lines" follows
+        let mut failed = None;
+        let mut sep = "";
+        let wrote = write!(out, "{text},\"lines\":[").and_then(|()| {
+            each_line(f, |l| {
+                if failed.is_none() {
+                    let line = serde_json::to_string(&l).map_err(std::io::Error::other);
+                    let r = line.and_then(|t| write!(out, "{sep}{t}"));
+                    failed = r.err();
+                    sep = ",";
+                }
+            })
+        });
+        match (wrote, failed) {
+            (Err(e), _) | (Ok(()), Some(e)) => Err(e),
+            (Ok(()), None) => writeln!(out, "]}}"),
         }
+    } else {
+        let mut head = String::new();
+        for line in header(&name, &verdict, first.as_deref()) {
+            head.push_str(&escape(&line));
+            head.push('\n');
+        }
+        writeln!(out, "{head}").and_then(|()| write_timeline(f, &mut out))
+    };
+    match done.and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::from(code),
+        Err(e) => usage(&format!("{}: {e}", escape(&name))),
     }
 }

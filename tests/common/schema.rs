@@ -54,6 +54,11 @@ pub fn reply_validator() -> &'static Validator {
     cached(&V, "reply")
 }
 
+pub fn show_validator() -> &'static Validator {
+    static V: OnceLock<Validator> = OnceLock::new();
+    cached(&V, "show")
+}
+
 pub fn exec_status_validator() -> &'static Validator {
     static V: OnceLock<Validator> = OnceLock::new();
     cached(&V, "exec-status")
