@@ -479,31 +479,13 @@ fn sweeps_of(events: &[Event], stage: Stage) -> Vec<&SignalSweep> {
 fn a_term_stage_that_overran_still_gets_a_kill_sweep() {
     let sibling = Sibling::start();
     // sh (the stand-in watchdog) -> sleep, which ignores SIGTERM.
-    let mut sh = Command::new("/bin/sh")
-        .args(["-c", "(trap '' TERM; exec /bin/sleep 1000) & wait"])
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("spawn sh");
-    let sh_fd = bind_unwaited_child(&sh).unwrap();
-    let mut held = Held::default();
-    let sleeper = wait_for(PATIENCE, "the TERM-ignoring sleep", || {
-        rea::process::scan::descendants(sh.id() as i32)
-            .ok()?
-            .into_iter()
-            .find(|s| s.comm == "sleep")
-    });
-    held.add(
-        "sleep",
-        Ident {
-            pid: sleeper.pid,
-            start_time: sleeper.start_time,
-            uid: uid(),
-        },
-    );
-    let mut host = FakeHost {
-        me: sh_fd.ident(),
-        events: Vec::new(),
-    };
+    let DeafLeader {
+        mut sh,
+        sh_fd,
+        held,
+        leader: sleeper,
+        mut host,
+    } = DeafLeader::start("TERM");
     let t0 = Instant::now();
     let grace = Duration::from_millis(500);
     let bound = Duration::from_secs(3);
@@ -519,7 +501,7 @@ fn a_term_stage_that_overran_still_gets_a_kill_sweep() {
     let term = sweeps_of(&host.events, Stage::Term);
     assert_eq!(term.len(), 1);
     assert_eq!(term[0].targets[0].pid, sleeper.pid);
-    assert!(!held.get("sleep").has_exited(), "sleep ignores SIGTERM");
+    assert!(!held.get("leader").has_exited(), "sleep ignores SIGTERM");
     // The next step comes 10 s later, as after a TERM sweep that took that
     // long: past the grace and past t0 + grace + bound.
     match stopper.step(&mut host, t0 + Duration::from_secs(10)) {
@@ -530,7 +512,7 @@ fn a_term_stage_that_overran_still_gets_a_kill_sweep() {
     assert_eq!(kill.len(), 1, "one KILL sweep");
     assert_eq!(kill[0].targets[0].pid, sleeper.pid);
     assert!(
-        wait_readable(held.get("sleep"), PATIENCE),
+        wait_readable(held.get("leader"), PATIENCE),
         "SIGKILL reached it"
     );
     assert!(wait_readable(&sh_fd, PATIENCE));
@@ -538,8 +520,8 @@ fn a_term_stage_that_overran_still_gets_a_kill_sweep() {
     sibling.assert_alive();
 }
 
-/// sh (the stand-in watchdog) -> sleep (the "leader"), deaf to USR1 and
-/// TERM, held as "leader"; the host's `me` is sh.
+/// sh (the stand-in watchdog) -> sleep (the "leader"), deaf to `traps`
+/// (`"USR1 TERM"`), held as "leader"; the host's `me` is sh.
 struct DeafLeader {
     sh: Child,
     sh_fd: VerifiedPidFd,
@@ -549,9 +531,10 @@ struct DeafLeader {
 }
 
 impl DeafLeader {
-    fn start() -> DeafLeader {
+    fn start(traps: &str) -> DeafLeader {
+        let script = format!("(trap '' {traps}; exec /bin/sleep 1000) & wait");
         let sh = Command::new("/bin/sh")
-            .args(["-c", "(trap '' USR1 TERM; exec /bin/sleep 1000) & wait"])
+            .args(["-c", &script])
             .stdin(Stdio::null())
             .spawn()
             .expect("spawn sh");
@@ -615,7 +598,7 @@ fn a_timeout_ask_lasts_until_kill_after_then_kills() {
         held,
         leader,
         mut host,
-    } = DeafLeader::start();
+    } = DeafLeader::start("USR1 TERM");
     let probe = Sig::from_number(0).unwrap();
     let grace = Duration::from_millis(500);
     let bound = Duration::from_secs(3);
@@ -687,7 +670,7 @@ fn a_late_first_step_still_asks_before_it_terms() {
         held,
         leader,
         mut host,
-    } = DeafLeader::start();
+    } = DeafLeader::start("USR1 TERM");
     let t0 = Instant::now();
     let grace = Duration::from_millis(500);
     let mut stopper = Stopper::new(

@@ -53,6 +53,26 @@ impl Timeout {
             .unwrap_or_else(|| panic!("{args:?}: {out:?}"))
     }
 
+    /// Every log written so far is sealed and verifies `delete_allowed`.
+    fn verify_all(&self) {
+        for log in self.logs() {
+            let (code, v) = verify_log(&log, &[]);
+            assert_eq!(code, 0, "{v:#}");
+        }
+    }
+
+    /// `timeout ARGS` whose command prints `ready` first: spawned, and that
+    /// line read (the command runs from here on).
+    fn spawn_ready(&self, args: &[&str]) -> std::process::Child {
+        let mut child = self.command(args).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready");
+        child
+    }
+
     /// Every log this personality wrote in TMPDIR.
     fn logs(&self) -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = std::fs::read_dir(self.scratch.dir.path())
@@ -106,10 +126,7 @@ fn a_time_out_is_124_and_preserve_status_keeps_the_commands() {
         t.code(&["--preserve-status", "0.1", "sleep", "60"]),
         128 + 15
     );
-    for log in t.logs() {
-        let (code, v) = verify_log(&log, &[]);
-        assert_eq!(code, 0, "{v:#}");
-    }
+    t.verify_all();
 }
 
 #[test]
@@ -540,10 +557,7 @@ fn any_signal_may_be_the_s_signal() {
         t.code(&["-s", "STOP", "-k", "0.3", "0.1", "sleep", "60"]),
         137
     );
-    for log in t.logs() {
-        let (code, v) = verify_log(&log, &[]);
-        assert_eq!(code, 0, "{v:#}");
-    }
+    t.verify_all();
 }
 
 /// A command that dies of a signal timeout did not send: timeout dies of
@@ -568,18 +582,11 @@ fn a_commands_death_by_signal_is_timeouts_own() {
     );
 
     let script = "print('ready', flush=True)\nimport time\ntime.sleep(60)";
-    let mut child = t.command(&["30", python(), "-c", script]).spawn().unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+    let mut child = t.spawn_ready(&["30", python(), "-c", script]);
     signal_child(&child, Signal::SIGTERM);
     let status = wait_child(&mut child, PATIENCE);
     assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
-    for log in t.logs() {
-        let (code, v) = verify_log(&log, &[]);
-        assert_eq!(code, 0, "{v:#}");
-    }
+    t.verify_all();
 }
 
 /// Only a time-out asks for as long as the command needs: a TERM to
@@ -594,14 +601,7 @@ fn a_signal_to_timeout_stops_even_when_s_is_only_a_probe() {
     }
     let t = Timeout::new();
     let script = "print('ready', flush=True)\nimport time\ntime.sleep(60)";
-    let mut child = t
-        .command(&["-s", "0", "30", python(), "-c", script])
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+    let mut child = t.spawn_ready(&["-s", "0", "30", python(), "-c", script]);
     signal_child(&child, Signal::SIGTERM);
     let status = wait_child(&mut child, PATIENCE);
     assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
