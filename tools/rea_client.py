@@ -34,12 +34,31 @@ missing, foreign or stale state directory is refused before anything is sent.
 Signals, where this module sends any (`Watchdog.kill`), go only through a
 pidfd of a process this process started.
 
-Needs Linux 5.3+ and Python 3.9+ (os.pidfd_open, signal.pidfd_send_signal).
+Durations (a job's `deadline` and `inner_alarm`, the watchdog's
+`action_deadline`, `term_grace` and `kill_bound`, and every `wait`/`timeout`)
+are seconds as a number (`60`, `0.5`) or a string as rea-watchdog's command
+line reads them: `"60"`, `"0.5"`, `"500ms"`, `"10s"`, `"2m"`, `"1h"`, `"1d"`.
+A string that is not a duration raises ValueError naming it.
+
+Needs Linux 5.3+ and Python 3.9+ (os.pidfd_open, signal.pidfd_send_signal);
+an older Python gets an ImportError saying so. Install with
+`pip install ./tools` (a single stdlib-only module), or put tools/ on sys.path.
 """
+
+# The version check comes first, and everything in this file is syntax that
+# Python 3.6 parses (annotations are only evaluated after this check has run),
+# so an old interpreter gets this message, not an AttributeError further on.
+import sys
+
+if sys.version_info < (3, 9):
+    raise ImportError(
+        "rea_client needs Python 3.9+ and Linux 5.3+ (os.pidfd_open, "
+        "signal.pidfd_send_signal); this is Python %d.%d" % tuple(sys.version_info[:2]))
 
 import base64
 import errno
 import json
+import math
 import os
 import select
 import shutil
@@ -47,6 +66,16 @@ import signal
 import stat
 import subprocess
 import time
+from typing import IO, Any, Iterable, Optional, TypeVar, Union
+
+#: A duration: seconds as a number, or a string like the CLI's ("500ms", "2m").
+Duration = Union[float, str]
+#: A filesystem path.
+StrPath = Union[str, "os.PathLike[str]"]
+#: A reply, a ready line, a record: one JSON object.
+JSONObject = dict[str, Any]
+_C = TypeVar("_C", bound="Client")
+_R = TypeVar("_R", "Verdict", "Reconciled")
 
 PROTOCOL_VERSION = 1
 MAX_REQUEST = 4096
@@ -78,7 +107,7 @@ class ReplyTimeout(ReaError):
 class Refused(ReaError):
     """The watchdog refused a request; nothing was launched or changed."""
 
-    def __init__(self, reason, detail, request_id=None):
+    def __init__(self, reason: str, detail: str, request_id: Optional[str] = None) -> None:
         super().__init__(f"request {request_id or '?'} refused: {reason} ({detail})")
         self.reason = reason
         self.detail = detail
@@ -87,19 +116,19 @@ class Refused(ReaError):
 
 # ----- process identity ---------------------------------------------------
 
-def _stat_fields(pid):
+def _stat_fields(pid: Union[int, str]) -> list[bytes]:
     with open(f"/proc/{pid}/stat", "rb") as f:
         data = f.read()
     # comm may contain spaces and ')': split after the last ')'.
     return data[data.rindex(b")") + 2:].split()
 
 
-def start_time(pid="self"):
+def start_time(pid: Union[int, str] = "self") -> int:
     """Field 22 of /proc/PID/stat (clock ticks since boot)."""
     return int(_stat_fields(pid)[19])
 
 
-def _uid(pid):
+def _uid(pid: Union[int, str]) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("Uid:"):
@@ -107,7 +136,7 @@ def _uid(pid):
     raise ReaError(f"/proc/{pid}/status has no Uid line")
 
 
-def bind(pid, expected_start_time, expected_uid=None):
+def bind(pid: int, expected_start_time: int, expected_uid: Optional[int] = None) -> int:
     """A pidfd proven to name (pid, start time, uid): pidfd_open first, then
     /proc is read back. Raises ProcessLookupError when that process is gone
     (or the pid now names another one)."""
@@ -129,7 +158,7 @@ def bind(pid, expected_start_time, expected_uid=None):
     return fd
 
 
-def _readable(fd, timeout_ms=0):
+def _readable(fd: int, timeout_ms: int = 0) -> bool:
     p = select.poll()
     p.register(fd, select.POLLIN)
     return bool(p.poll(timeout_ms))
@@ -138,23 +167,79 @@ def _readable(fd, timeout_ms=0):
 _counter = [0]
 
 
-def _request_id(tag):
+def _request_id(tag: str) -> str:
     _counter[0] += 1
     tag = "".join(c if c.isalnum() or c in "_.-" else "_" for c in tag)[:24] or "req"
     return f"{tag}-{os.getpid()}-{_counter[0]}-{os.urandom(4).hex()}"
 
 
-def _duration_ms(seconds):
-    ms = int(round(float(seconds) * 1000))
+# rea-watchdog's duration units (src/units.rs parse_duration), in ns.
+_UNIT_NS = {"": 10**9, "s": 10**9, "ms": 10**6, "m": 60 * 10**9, "h": 3600 * 10**9,
+            "d": 86400 * 10**9}
+_MAX_NS = 2**64 - 1
+
+
+def _parse_duration_ns(text: str, what: str = "duration") -> int:
+    """A duration string read as rea-watchdog reads its command line
+    (src/units.rs `parse_duration`): `60` (seconds), `0.5`, `500ms`, `10s`,
+    `2m`, `1h`, `1d`; at most 9 decimal places; no sign, no exponent.
+    Returns nanoseconds; ValueError (naming `text`) for anything else."""
+    t = text.strip()
+    if t.startswith("-"):
+        raise ValueError(f"{what} {text!r}: a duration cannot be negative")
+    split = next((i for i, c in enumerate(t) if c not in "0123456789."), len(t))
+    num, unit = t[:split], t[split:]
+    unit_ns = _UNIT_NS.get(unit)
+    if unit_ns is None:
+        raise ValueError(f"{what} {text!r}: unknown unit {unit!r} (use ms, s, m, h or d)")
+    whole, _, frac = num.partition(".")
+    if (not whole and not frac) or "." in frac:
+        raise ValueError(f"{what} {text!r} is not a duration (try 60, 0.5, 500ms, 2m)")
+    if len(frac) > 9:
+        raise ValueError(f"{what} {text!r}: at most 9 decimal places")
+    ns = int(whole or "0") * unit_ns + int(frac.ljust(9, "0")) * unit_ns // 10**9
+    if ns > _MAX_NS:
+        raise ValueError(f"{what} {text!r} is too large")
+    return ns
+
+
+def _seconds(value: Duration, what: str = "timeout") -> float:
+    """A wait in seconds: a number as given, or a duration string."""
+    if isinstance(value, str):
+        return _parse_duration_ns(value, what) / 10**9
+    return value
+
+
+def _duration_ms(seconds: Duration, what: str = "deadline") -> int:
+    """A positive duration in whole milliseconds (rounded): seconds as a
+    number (int or float), or a string as the CLI reads it ("500ms", "2m")."""
+    if isinstance(seconds, str):
+        ms = (_parse_duration_ns(seconds, what) + 500_000) // 1_000_000
+    else:
+        secs = float(seconds)
+        if not math.isfinite(secs):
+            raise ValueError(f"{what} {seconds!r} is not a finite number of seconds")
+        ms = int(round(secs * 1000))
     if ms <= 0:
-        raise ValueError(f"a deadline must be positive, got {seconds!r}")
+        raise ValueError(f"a {what} must be positive, got {seconds!r}")
     return ms
+
+
+def _flag_ms(value: Duration, what: str) -> int:
+    """A watchdog flag's duration in ms: zero allowed (`term_grace=0`),
+    otherwise as `_duration_ms`."""
+    if isinstance(value, str):
+        if _parse_duration_ns(value, what) == 0:
+            return 0
+    elif not value:
+        return 0
+    return _duration_ms(value, what)
 
 
 STOP_SIGNALS = ("TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "ALRM")
 
 
-def _stop_signal(sig):
+def _stop_signal(sig: Union[str, int]) -> str:
     """ "USR1", "SIGUSR1", "usr1" or signal.SIGUSR1 -> "USR1"; else ValueError."""
     if isinstance(sig, int):
         try:
@@ -173,45 +258,48 @@ def _stop_signal(sig):
 class JobResult:
     """How a job ended: `outcome` is "exited" or "stopped"."""
 
-    def __init__(self, accepted, final):
+    def __init__(self, accepted: JSONObject, final: JSONObject) -> None:
         self.accepted = accepted
         self.reply = final
-        self.outcome = final["type"]
-        self.job = final["job"]
-        self.pid = accepted["pid"]
-        self.status = final["status"]             # {"code": N} or {"signal": N}
-        self.stop_reason = final.get("reason")    # only when stopped
-        self.duration_ms = final["duration_ms"]
-        self.output_capped = final["output_capped"]
+        self.outcome: str = final["type"]
+        self.job: int = final["job"]
+        self.pid: int = accepted["pid"]
+        self.status: JSONObject = final["status"]         # {"code": N} or {"signal": N}
+        self.stop_reason: Optional[str] = final.get("reason")    # only when stopped
+        self.duration_ms: int = final["duration_ms"]
+        self.output_capped: bool = final["output_capped"]
         self.stdout = _decode(final["stdout"])
         self.stderr = _decode(final["stderr"])
-        self.stdout_bytes = final["stdout"]["bytes"]
-        self.stderr_bytes = final["stderr"]["bytes"]
+        self.stdout_bytes: int = final["stdout"]["bytes"]
+        self.stderr_bytes: int = final["stderr"]["bytes"]
 
     @property
-    def code(self):
+    def code(self) -> Optional[int]:
         """The exit code, or None when killed by a signal."""
-        return self.status.get("code")
+        code: Optional[int] = self.status.get("code")
+        return code
 
     @property
-    def signal(self):
-        return self.status.get("signal")
+    def signal(self) -> Optional[int]:
+        sig: Optional[int] = self.status.get("signal")
+        return sig
 
     @property
-    def shell_status(self):
+    def shell_status(self) -> int:
         """Like a shell's $?: the code, or 128+N for signal N."""
-        return self.code if self.code is not None else 128 + self.signal
+        code = self.code
+        return code if code is not None else 128 + int(self.status["signal"])
 
     @property
-    def ok(self):
+    def ok(self) -> bool:
         return self.outcome == "exited" and self.code == 0
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         how = f"stopped ({self.stop_reason})" if self.outcome == "stopped" else "exited"
         return f"<JobResult job {self.job} {how} status {self.status}>"
 
 
-def _decode(stream):
+def _decode(stream: JSONObject) -> Optional[bytes]:
     data = stream.get("data_b64")
     return base64.b64decode(data) if data is not None else None
 
@@ -220,8 +308,10 @@ class Receipt:
     """The end of an action: the close reply and/or the sealed line, plus the
     receipt record itself (read from the log and checked against the head)."""
 
-    def __init__(self, outcome, stop_reason, positive, head, audit_log, run_id=None,
-                 exit_code=None, record=None):
+    def __init__(self, outcome: Optional[str], stop_reason: Optional[str],
+                 positive: Optional[bool], head: Optional[str], audit_log: Optional[str],
+                 run_id: Optional[str] = None, exit_code: Optional[int] = None,
+                 record: Optional[JSONObject] = None) -> None:
         self.outcome = outcome
         self.stop_reason = stop_reason
         self.positive = positive
@@ -231,12 +321,12 @@ class Receipt:
         self.exit_code = exit_code
         self.record = record     # the receipt's "data" (counts, quiescent, ...)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"<Receipt {self.outcome} stop_reason={self.stop_reason} "
                 f"positive={self.positive} head={self.head}>")
 
 
-def read_receipt(audit_log, head=None):
+def read_receipt(audit_log: StrPath, head: Optional[str] = None) -> Optional[JSONObject]:
     """The receipt record of a sealed log (its `data`), or None if the last
     line is not a receipt. With `head`, the last line's SHA-256 must match."""
     import hashlib
@@ -248,7 +338,10 @@ def read_receipt(audit_log, head=None):
     if head is not None and hashlib.sha256(last).hexdigest() != head:
         raise ReaError(f"{audit_log}: the last line does not hash to the pinned head {head}")
     rec = json.loads(last)
-    return rec["data"] if rec.get("kind") == "receipt" else None
+    if rec.get("kind") != "receipt":
+        return None
+    record: JSONObject = rec["data"]
+    return record
 
 
 # ----- talking to a watchdog ----------------------------------------------
@@ -260,8 +353,8 @@ class Client:
     has no request FIFO or ready.json, or whose watchdog (pid *and* start
     time) is gone."""
 
-    def __init__(self, state_dir):
-        self.state_dir = os.path.abspath(state_dir)
+    def __init__(self, state_dir: StrPath) -> None:
+        self.state_dir: str = os.path.abspath(state_dir)
         uid = os.geteuid()
         try:
             st = os.lstat(self.state_dir)
@@ -287,40 +380,45 @@ class Client:
             raise StaleStateDir(f"{fifo} is not a FIFO of ours")
         try:
             with open(os.path.join(self.state_dir, "ready.json")) as f:
-                self.ready = json.loads(f.read())
+                self.ready: JSONObject = json.loads(f.read())
         except FileNotFoundError:
             raise StaleStateDir(
                 f"{self.state_dir}: no ready.json: the watchdog never started here") from None
         except ValueError as e:
             raise StaleStateDir(f"{self.state_dir}/ready.json is not a ready line: {e}") from None
         try:
-            self.watchdog_fd = bind(self.ready["pid"], self.ready["start_time"],
-                                    self.ready.get("uid"))
+            self.watchdog_fd: Optional[int] = bind(
+                self.ready["pid"], self.ready["start_time"], self.ready.get("uid"))
         except ProcessLookupError:
             raise StaleStateDir(
                 f"stale state directory {self.state_dir}: watchdog pid {self.ready['pid']} "
                 f"(run {self.ready.get('run_id')}) is gone") from None
-        self.run_id = self.ready["run_id"]
+        self.run_id: str = self.ready["run_id"]
 
     @classmethod
-    def from_env(cls):
+    def from_env(cls: type[_C]) -> _C:
         """Inside a job: the watchdog named by REA_STATE_DIR."""
         d = os.environ.get("REA_STATE_DIR")
         if not d:
             raise StaleStateDir("REA_STATE_DIR is not set: not running inside a rea job")
         return cls(d)
 
-    def close_fd(self):
+    def close_fd(self) -> None:
         if self.watchdog_fd is not None:
             os.close(self.watchdog_fd)
             self.watchdog_fd = None
 
-    def watchdog_alive(self):
-        return not _readable(self.watchdog_fd)
+    def _watchdog_fd(self) -> int:
+        if self.watchdog_fd is None:
+            raise ReaError(f"the client of {self.state_dir} is closed (close_fd)")
+        return self.watchdog_fd
+
+    def watchdog_alive(self) -> bool:
+        return not _readable(self._watchdog_fd())
 
     # -- one exchange ------------------------------------------------------
 
-    def _request(self, op, tag, **fields):
+    def _request(self, op: str, tag: str, **fields: Any) -> JSONObject:
         rid = _request_id(tag)
         req = {
             "v": PROTOCOL_VERSION, "op": op, "id": rid,
@@ -330,7 +428,7 @@ class Client:
         req.update({k: v for k, v in fields.items() if v is not None})
         return req
 
-    def _send(self, req):
+    def _send(self, req: JSONObject) -> "_Channel":
         # RFC 7464 framing (SPEC 3.3): RS, one JSON text, LF. RS always starts
         # a new text, so a fragment left by a writer that died cannot
         # swallow this request.
@@ -380,10 +478,12 @@ class Client:
 
     # -- operations --------------------------------------------------------
 
-    def spawn(self, argv, deadline, capture=False, name=None, inner_alarm=None,
-              stop_signal=None):
+    def spawn(self, argv: Iterable[StrPath], deadline: Duration, capture: bool = False,
+              name: Optional[str] = None, inner_alarm: Optional[Duration] = None,
+              stop_signal: Optional[Union[str, int]] = None) -> "Job":
         """Asks for a job and waits for `accepted`; returns a `Job` to wait on.
-        `deadline` is in seconds; `inner_alarm` (seconds, below the deadline)
+        `deadline` is in seconds (a number, or a string like "500ms", "2m");
+        `inner_alarm` (the same, below the deadline)
         is the runtime's own alarm: SIGALRM to the job's leader at that
         instant, recorded, not a stop. `stop_signal` ("TERM", the default,
         "INT", "HUP", "QUIT", "USR1", "USR2", "ALRM") is what the leader is asked to
@@ -392,17 +492,17 @@ class Client:
         grace has passed. Raises `Refused` (nothing launched)."""
         if stop_signal is not None:
             stop_signal = _stop_signal(stop_signal)
-        argv = [os.fspath(a) for a in argv]
-        if not argv or not argv[0].startswith("/"):
-            exe = shutil.which(argv[0]) if argv else None
+        args = [os.fspath(a) for a in argv]
+        if not args or not args[0].startswith("/"):
+            exe = shutil.which(args[0]) if args else None
             if not exe:
-                raise ReaError(f"{argv[0] if argv else '(empty argv)'}: command not found")
-            argv[0] = os.path.abspath(exe)
-        req = self._request("spawn", name or "job", argv=argv,
-                            deadline_ms=_duration_ms(deadline),
+                raise ReaError(f"{args[0] if args else '(empty argv)'}: command not found")
+            args[0] = os.path.abspath(exe)
+        alarm_ms = None if inner_alarm is None else _duration_ms(inner_alarm, "inner_alarm")
+        req = self._request("spawn", name or "job", argv=args,
+                            deadline_ms=_duration_ms(deadline, "deadline"),
                             capture="capture" if capture else "discard", name=name,
-                            inner_alarm_ms=None if inner_alarm is None else _duration_ms(inner_alarm),
-                            stop_signal=stop_signal)
+                            inner_alarm_ms=alarm_ms, stop_signal=stop_signal)
         chan = self._send(req)
         try:
             first = chan.next(30)
@@ -415,12 +515,13 @@ class Client:
             raise
         return Job(chan, first, req["id"])
 
-    def submit(self, argv, deadline, capture=False, name=None, inner_alarm=None,
-               stop_signal=None):
+    def submit(self, argv: Iterable[StrPath], deadline: Duration, capture: bool = False,
+               name: Optional[str] = None, inner_alarm: Optional[Duration] = None,
+               stop_signal: Optional[Union[str, int]] = None) -> "JobResult":
         """Runs a job to its end; returns its `JobResult`."""
         return self.spawn(argv, deadline, capture, name, inner_alarm, stop_signal).wait()
 
-    def stop(self, wait=8):
+    def stop(self, wait: Duration = 8) -> JSONObject:
         """Stops the action (stop_requested) and waits for the stop to finish.
         Returns the `stop_complete` reply (reason, quiescent)."""
         chan = self._send(self._request("stop", "stop"))
@@ -430,7 +531,7 @@ class Client:
             raise Refused(r["reason"], r["detail"], r.get("id"))
         return r
 
-    def close(self, wait=8):
+    def close(self, wait: Duration = 8) -> JSONObject:
         """Closes the action; returns the `closed` reply (outcome, stop_reason,
         positive, head, audit_log)."""
         chan = self._send(self._request("close", "close"))
@@ -444,19 +545,24 @@ class Client:
 class _Channel:
     """One reply FIFO: read line by line, never past the watchdog's death."""
 
-    def __init__(self, client, path):
+    def __init__(self, client: Client, path: str) -> None:
         self.client = client
         self.path = path
-        self.fd = None
+        self.fd: Optional[int] = None
         self.buf = b""
 
-    def __enter__(self):
+    def __enter__(self) -> "_Channel":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self):
+    def _fd(self) -> int:
+        if self.fd is None:
+            raise ReaError(f"the reply channel {self.path} is closed")
+        return self.fd
+
+    def close(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -465,18 +571,20 @@ class _Channel:
         except FileNotFoundError:
             pass
 
-    def _read(self):
+    def _read(self) -> Optional[bytes]:
         try:
-            data = os.read(self.fd, 65536)
+            data = os.read(self._fd(), 65536)
         except BlockingIOError:
             return None
         return data
 
-    def next(self, timeout=None):
-        """The next reply (a dict). `timeout` in seconds; None waits until the
-        watchdog answers or exits."""
+    def next(self, timeout: Optional[Duration] = None) -> JSONObject:
+        """The next reply (a dict). `timeout` in seconds (or a duration
+        string); None waits until the watchdog answers or exits."""
+        if timeout is not None:
+            timeout = _seconds(timeout, "timeout")
         until = None if timeout is None else time.monotonic() + timeout
-        wd = self.client.watchdog_fd
+        wd = self.client._watchdog_fd()
         while True:
             if b"\n" in self.buf:
                 line, self.buf = self.buf.split(b"\n", 1)
@@ -484,7 +592,8 @@ class _Channel:
                     reply = json.loads(line)
                 except ValueError as e:
                     raise ReaError(f"unreadable reply {line[:200]!r}: {e}") from None
-                if reply.get("v") != PROTOCOL_VERSION or "type" not in reply:
+                if (not isinstance(reply, dict) or reply.get("v") != PROTOCOL_VERSION
+                        or "type" not in reply):
                     raise ReaError(f"unsupported reply {line[:200]!r}")
                 return reply
             data = self._read()
@@ -505,11 +614,12 @@ class _Channel:
                 if left <= 0:
                     raise ReplyTimeout(f"no reply within {timeout} s")
                 wait_ms = min(wait_ms, max(1, int(left * 1000)))
+            fd = self._fd()
             p = select.poll()
-            p.register(self.fd, select.POLLIN)
+            p.register(fd, select.POLLIN)
             p.register(wd, select.POLLIN)
             events = dict(p.poll(wait_ms))
-            ev = events.get(self.fd, 0)
+            ev = events.get(fd, 0)
             if ev & select.POLLHUP and not ev & select.POLLIN:
                 # A FIFO reports POLLHUP only after a writer came and went.
                 rest = self._read() or b""
@@ -523,16 +633,16 @@ class _Channel:
 class Job:
     """An accepted job: `pid`, `start_time`, `job` (its number); `wait()`."""
 
-    def __init__(self, chan, accepted, request_id):
+    def __init__(self, chan: _Channel, accepted: JSONObject, request_id: str) -> None:
         self._chan = chan
         self.accepted = accepted
         self.id = request_id
-        self.job = accepted["job"]
-        self.pid = accepted["pid"]
-        self.start_time = accepted["start_time"]
-        self.result = None
+        self.job: int = accepted["job"]
+        self.pid: int = accepted["pid"]
+        self.start_time: int = accepted["start_time"]
+        self.result: Optional[JobResult] = None
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: Optional[Duration] = None) -> JobResult:
         """Waits for `exited` or `stopped`; returns the `JobResult`."""
         if self.result is None:
             try:
@@ -554,38 +664,52 @@ class Job:
 class Watchdog(Client):
     """A `rea-watchdog run` this process started and is the root controller of."""
 
+    proc: "subprocess.Popen[bytes]"
+    pidfd: int
+    pid: int
+    audit_log: str
+    sealed: Optional[JSONObject]
+    _stdout_rest: bytes
+
     @classmethod
-    def start(cls, binary=None, state_dir=None, audit_log=None, staging=None, run_id=None,
-              action_deadline=None, term_grace=None, kill_bound=None, output_cap=None,
-              pass_env=(), extra_args=(), stderr=None, ready_timeout=30):
+    def start(cls, binary: Optional[StrPath] = None, state_dir: Optional[StrPath] = None,
+              audit_log: Optional[StrPath] = None, staging: Optional[StrPath] = None,
+              run_id: Optional[str] = None, action_deadline: Optional[Duration] = None,
+              term_grace: Optional[Duration] = None, kill_bound: Optional[Duration] = None,
+              output_cap: Optional[Union[int, str]] = None, pass_env: Iterable[str] = (),
+              extra_args: Iterable[StrPath] = (), stderr: Union[None, int, IO[Any]] = None,
+              ready_timeout: Duration = 30) -> "Watchdog":
         """Starts the watchdog and waits for its ready line. Durations are
-        seconds. The watchdog's root controller is this process: if it dies,
-        the watchdog stops everything (root_lost)."""
+        seconds (a number) or strings like "500ms", "2m"; a zero
+        `term_grace`/`kill_bound` is passed as 0. The watchdog's root
+        controller is this process: if it dies, the watchdog stops everything
+        (root_lost)."""
         binary = binary or os.environ.get("REA_WATCHDOG") or shutil.which("rea-watchdog")
         if not binary:
             raise ReaError("rea-watchdog not found (pass binary= or set REA_WATCHDOG)")
         if not state_dir or not audit_log:
             raise ValueError("state_dir and audit_log are required")
-        cmd = [binary, "run", "--state-dir", os.fspath(state_dir),
+        cmd = [os.fspath(binary), "run", "--state-dir", os.fspath(state_dir),
                "--audit-log", os.fspath(audit_log)]
         for flag, val in (("--staging", staging), ("--run-id", run_id)):
             if val is not None:
                 cmd += [flag, os.fspath(val)]
-        for flag, secs in (("--action-deadline", action_deadline),
-                           ("--term-grace", term_grace), ("--kill-bound", kill_bound)):
+        for flag, what, secs in (("--action-deadline", "action_deadline", action_deadline),
+                                 ("--term-grace", "term_grace", term_grace),
+                                 ("--kill-bound", "kill_bound", kill_bound)):
             if secs is not None:
-                cmd += [flag, f"{_duration_ms(secs) if secs else 0}ms"]
+                cmd += [flag, f"{_flag_ms(secs, what)}ms"]
         if output_cap is not None:
             cmd += ["--output-cap", str(output_cap)]
         for name in pass_env:
             cmd += ["--pass-env", name]
-        cmd += list(extra_args)
+        cmd += [os.fspath(a) for a in extra_args]
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=stderr)
         # Our own unreaped child: its pid cannot be reused, so this is race-free.
         pidfd = os.pidfd_open(proc.pid)
         try:
-            line, rest = _read_line(proc.stdout.fileno(), pidfd, ready_timeout)
+            line, rest = _read_line(_stdout(proc).fileno(), pidfd, ready_timeout)
         except BaseException:
             _kill_child(proc, pidfd)
             raise
@@ -595,7 +719,7 @@ class Watchdog(Client):
             raise ReaError(f"rea-watchdog run exited with status {code} before its ready "
                            "line (its reason is on stderr)")
         ready = json.loads(line)
-        if ready.get("event") != "ready":
+        if not isinstance(ready, dict) or ready.get("event") != "ready":
             _kill_child(proc, pidfd)
             raise ReaError(f"rea-watchdog run printed {line!r}, not a ready line")
         self = cls(ready["state_dir"])
@@ -607,19 +731,20 @@ class Watchdog(Client):
         self._stdout_rest = rest
         return self
 
-    def kill(self, sig=signal.SIGKILL):
+    def kill(self, sig: int = signal.SIGKILL) -> None:
         """Signals the watchdog through its pidfd (it is our own child)."""
         signal.pidfd_send_signal(self.pidfd, sig)
 
-    def wait(self, timeout=30):
+    def wait(self, timeout: Duration = 30) -> tuple[int, Optional[JSONObject]]:
         """Waits for the watchdog to exit; returns (exit status, sealed line
         or None). Raises ReplyTimeout if it does not exit in time."""
         if self.proc.returncode is None:
+            timeout = _seconds(timeout, "timeout")
             if not _readable(self.pidfd, int(timeout * 1000)):
                 raise ReplyTimeout(f"the watchdog (pid {self.pid}) did not exit within "
                                    f"{timeout} s")
-            rest = self._stdout_rest + _read_to_eof(self.proc.stdout.fileno())
-            rest = rest.decode(errors="replace")
+            stdout = _stdout(self.proc)
+            rest = (self._stdout_rest + _read_to_eof(stdout.fileno())).decode(errors="replace")
             self.proc.wait()
             for line in rest.splitlines():
                 try:
@@ -629,10 +754,13 @@ class Watchdog(Client):
                 if v.get("event") in ("sealed", "unsealed"):
                     self.sealed = v
             os.close(self.pidfd)
-            self.proc.stdout.close()
+            stdout.close()
         return self.proc.returncode, self.sealed
 
-    def close(self, wait=8, exit_timeout=30):
+    # Returns a Receipt where Client.close returns the reply: the owner of a
+    # watchdog also waits for its exit (a deliberate, documented difference).
+    def close(self, wait: Duration = 8,  # type: ignore[override]
+              exit_timeout: Duration = 30) -> Receipt:
         """Closes the action, waits for the watchdog to exit, and returns the
         `Receipt` (head from the close reply, checked against the sealed line
         and the log's last line)."""
@@ -647,8 +775,14 @@ class Watchdog(Client):
                        reply["audit_log"], self.run_id, code, record)
 
 
-def _read_to_eof(fd):
-    chunks = []
+def _stdout(proc: "subprocess.Popen[bytes]") -> IO[bytes]:
+    if proc.stdout is None:
+        raise ReaError("rea-watchdog run was started without a stdout pipe")
+    return proc.stdout
+
+
+def _read_to_eof(fd: int) -> bytes:
+    chunks: list[bytes] = []
     while True:
         b = os.read(fd, 65536)
         if not b:
@@ -656,9 +790,10 @@ def _read_to_eof(fd):
         chunks.append(b)
 
 
-def _read_line(fd, pidfd, timeout):
+def _read_line(fd: int, pidfd: int, timeout: Duration) -> tuple[Optional[str], bytes]:
     """(first line, bytes after it) from a child's stdout; (None, b"") if
     it exited first."""
+    timeout = _seconds(timeout, "ready_timeout")
     buf = b""
     until = time.monotonic() + timeout
     while b"\n" not in buf:
@@ -678,7 +813,7 @@ def _read_line(fd, pidfd, timeout):
     return line.decode(), rest
 
 
-def _kill_child(proc, pidfd):
+def _kill_child(proc: "subprocess.Popen[bytes]", pidfd: int) -> None:
     try:
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     except ProcessLookupError:
@@ -689,22 +824,25 @@ def _kill_child(proc, pidfd):
 
 # ----- rea-audit -----------------------------------------------------------
 
-class Verdict(dict):
+class Verdict(dict[str, Any]):
     """`rea-audit verify --json`'s object, plus `exit_code`."""
 
+    exit_code: int
+
     @property
-    def delete_allowed(self):
+    def delete_allowed(self) -> bool:
         return self.get("verdict") == "delete_allowed" and self.exit_code == 0
 
     @property
-    def codes(self):
+    def codes(self) -> list[str]:
         return [r["code"] for r in self.get("reasons", [])]
 
 
-def verify(binary, audit_log, expect_head=None, expect_run=None, staging=None):
+def verify(binary: Optional[StrPath], audit_log: StrPath, expect_head: Optional[str] = None,
+           expect_run: Optional[str] = None, staging: Optional[StrPath] = None) -> Verdict:
     """Runs `rea-audit verify --json`; returns a `Verdict` (exit codes: 0
     delete_allowed, 1 retain, 2 incomplete, 3 tampered, 4 error)."""
-    args = []
+    args: list[str] = []
     if expect_head:
         args += ["--expect-head", expect_head]
     if expect_run:
@@ -714,13 +852,14 @@ def verify(binary, audit_log, expect_head=None, expect_run=None, staging=None):
     return _rea_audit(binary, "verify", audit_log, args, Verdict, "verdict")
 
 
-def _rea_audit(binary, sub, audit_log, args, wrap, what):
+def _rea_audit(binary: Optional[StrPath], sub: str, audit_log: StrPath, args: list[str],
+               wrap: type[_R], what: str) -> _R:
     """Runs `rea-audit SUB LOG --json ARGS`; its JSON as `wrap`, with
     `.exit_code` set."""
     binary = binary or os.environ.get("REA_AUDIT") or shutil.which("rea-audit")
     if not binary:
         raise ReaError("rea-audit not found (pass binary= or set REA_AUDIT)")
-    cmd = [binary, sub, os.fspath(audit_log), "--json", *args]
+    cmd = [os.fspath(binary), sub, os.fspath(audit_log), "--json", *args]
     out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          stdin=subprocess.DEVNULL, timeout=120)
     try:
@@ -732,7 +871,7 @@ def _rea_audit(binary, sub, audit_log, args, wrap, what):
     return v
 
 
-def may_delete(receipt, verdict):
+def may_delete(receipt: Optional[Receipt], verdict: Optional[Verdict]) -> bool:
     """The controller's deletion rule (SPEC 7, first row): the watchdog's
     own waited exit status is 0 *and* `verify` says delete_allowed. Either
     alone is not enough: a verdict read from a log says nothing about a
@@ -742,7 +881,7 @@ def may_delete(receipt, verdict):
             and verdict.delete_allowed)
 
 
-class Reconciled(dict):
+class Reconciled(dict[str, Any]):
     """`rea-audit reconcile --json`'s report, plus `exit_code` (0
     delete_allowed, 5 running, 6 review, 4 error). `running` means the
     watchdog is alive (wait, or close it) *or* the action's cgroup still has
@@ -750,24 +889,28 @@ class Reconciled(dict):
     there is nothing to close, and `self["recover_command"]` names the
     operator's `rea-watchdog recover`."""
 
-    @property
-    def outcome(self):
-        return self.get("outcome")
+    exit_code: int
 
     @property
-    def codes(self):
+    def outcome(self) -> Optional[str]:
+        outcome: Optional[str] = self.get("outcome")
+        return outcome
+
+    @property
+    def codes(self) -> list[str]:
         return [r["code"] for r in self.get("reasons", [])]
 
-    def alive(self):
+    def alive(self) -> list[JSONObject]:
         """The processes the log names that are alive now."""
         return [p for p in self.get("processes", [])
                 if p.get("liveness", {}).get("state") == "alive"]
 
 
-def reconcile(binary, audit_log, staging=None, state_dir=None):
+def reconcile(binary: Optional[StrPath], audit_log: StrPath, staging: Optional[StrPath] = None,
+              state_dir: Optional[StrPath] = None) -> Reconciled:
     """Runs `rea-audit reconcile --json` (read-only: it never signals,
     deletes or writes); returns a `Reconciled`."""
-    args = []
+    args: list[str] = []
     if staging is not None:
         args += ["--staging", os.fspath(staging)]
     if state_dir is not None:
