@@ -694,14 +694,7 @@ fn a_late_first_step_still_asks_before_it_terms() {
     assert!(!host.events.iter().any(|e| matches!(e, Event::AskEnded(_))));
     // The next step ends the ask (half the grace is long past) and TERMs.
     stopper.step(&mut host, t0 + Duration::from_millis(401));
-    let ended: Vec<&AskEnded> = host
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            Event::AskEnded(a) => Some(a),
-            _ => None,
-        })
-        .collect();
+    let ended = asks_ended(&host.events);
     assert_eq!(ended.len(), 1, "{:#?}", host.events);
     assert_eq!(
         (ended[0].reason, ended[0].leaders_left),

@@ -184,8 +184,7 @@ pub fn die_of(sig: i32) {
     let me = crate::vocab::Ident {
         pid: std::process::id() as i32,
         start_time,
-        // SAFETY: getuid has no preconditions and cannot fail.
-        uid: unsafe { libc::getuid() },
+        uid: nix::unistd::getuid().as_raw(),
     };
     let Ok(fd) = bind_ident(me) else {
         return;
