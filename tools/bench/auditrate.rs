@@ -3,7 +3,7 @@
 //!     cargo run --release --example auditrate -- OUT.jsonl RECORDS SYNC_EVERY
 //!
 //! Appends RECORDS typical records (a request, a spawn, a reap, an exit,
-//! in turn: the launcher job of tests/common/counted.rs, which genlog
+//! in turn: the launcher job of tests/suite/common/counted.rs, which genlog
 //! writes too) with the library's `AuditWriter` and makes them durable with one
 //! `fdatasync` every SYNC_EVERY records (1: `AuditWriter::record`, i.e. each
 //! record durable before the next, as the watchdog does for acts). Prints one
@@ -17,7 +17,7 @@ use rea::audit::AuditWriter;
 
 // Only the record mix: this measures the writer itself, nothing counted.
 #[allow(dead_code)]
-#[path = "../../tests/common/counted.rs"]
+#[path = "../../tests/suite/common/counted.rs"]
 mod counted;
 
 fn main() {

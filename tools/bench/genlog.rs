@@ -6,7 +6,7 @@
 //! The mix is a busy action: requests, spawns, exits, reaps and occasional
 //! small sweeps, closed by a receipt whose counts agree with the records:
 //! counted by the library's one count rule (`Counts::add`) through the
-//! writer the tests' log builder uses (tests/common/counted.rs).
+//! writer the tests' log builder uses (tests/suite/common/counted.rs).
 //! Appends are not fdatasync'ed one by one (one sync at the end): this
 //! measures verification, not the disk.
 
@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use rea::audit::record::*;
 
-#[path = "../../tests/common/counted.rs"]
+#[path = "../../tests/suite/common/counted.rs"]
 mod counted;
 
 use counted::{launcher_job, CountedLog, SHA};

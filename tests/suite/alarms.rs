@@ -1,0 +1,156 @@
+//! Inner alarms (SPEC 3.3, issue 11): `inner_alarm_ms` / `submit
+//! --inner-alarm`, SIGALRM to the job's leader through its pidfd at that
+//! instant, recorded (`inner_alarm`), never a stop trigger. What happens
+//! next is the runtime's business: a job without a handler dies of it, one
+//! with a handler carries on, one that ignores it runs into its deadline.
+
+use crate::common;
+
+use common::harness::*;
+use serde_json::{json, Value};
+
+fn alarmed(on_alarm: &str) -> Vec<String> {
+    vec![
+        python().to_string(),
+        fixture("alarmed.py"),
+        "--on-alarm".into(),
+        on_alarm.into(),
+        "--sleep".into(),
+        "60".into(),
+    ]
+}
+
+fn argv(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// The log's `inner_alarm` records (their `data`).
+fn alarms(records: &[Value]) -> Vec<Value> {
+    of_kind(records, "inner_alarm")
+        .into_iter()
+        .map(|r| r["data"].clone())
+        .collect()
+}
+
+/// Closes, waits, and checks the receipt is positive.
+fn close_positive(w: &mut Watchdog) {
+    let close = w.close();
+    assert_eq!(close.status.code(), Some(0), "{close:?}");
+    assert!(w.wait(PATIENCE).success());
+}
+
+#[test]
+fn a_job_without_a_handler_dies_of_its_inner_alarm_and_nothing_stops() {
+    if skip_outside_pid_ns("inner_alarm_die") {
+        return;
+    }
+    let sibling = Sibling::start();
+    let mut w = Watchdog::start(&[]);
+    let job = alarmed("die");
+    let out = w.submit(
+        &["--deadline", "60s", "--inner-alarm", "300ms"],
+        &argv(&job),
+    );
+    // Killed by signal 14: the shell convention 128 + 14, not 124 (stopped).
+    assert_eq!(out.status.code(), Some(128 + 14), "{out:?}");
+    let recs = w.records();
+    let a = alarms(&recs);
+    assert_eq!(a.len(), 1, "{recs:#?}");
+    let spawned = &of_kind(&recs, "job_spawned")[0]["data"];
+    assert_eq!(a[0]["job"], spawned["job"]);
+    assert_eq!(a[0]["pid"], spawned["pid"]);
+    assert_eq!(a[0]["start_time"], spawned["start_time"]);
+    assert_eq!(a[0]["errno"], Value::Null);
+    let after = a[0]["after_ms"].as_u64().unwrap();
+    assert!((300..60_000).contains(&after), "alarm after {after} ms");
+    let exited = &of_kind(&recs, "job_exited")[0]["data"];
+    assert_eq!(exited["status"], json!({"signal": 14}), "{exited}");
+    assert_eq!(exited["stopped"], false);
+    assert!(
+        of_kind(&recs, "stop_triggered").is_empty(),
+        "an alarm is no stop"
+    );
+    close_positive(&mut w);
+    let (code, v) = w.verify(&["--staging", w.staging.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v:#}");
+    sibling.assert_alive();
+}
+
+#[test]
+fn a_job_that_handles_its_inner_alarm_carries_on() {
+    if skip_outside_pid_ns("inner_alarm_handle") {
+        return;
+    }
+    let mut w = Watchdog::start(&[]);
+    let job = alarmed("handle");
+    let out = w.submit(
+        &["--capture", "--deadline", "60s", "--inner-alarm", "300ms"],
+        &argv(&job),
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "alarm\n");
+    let recs = w.records();
+    assert_eq!(alarms(&recs).len(), 1, "{recs:#?}");
+    assert!(of_kind(&recs, "stop_triggered").is_empty());
+    close_positive(&mut w);
+}
+
+#[test]
+fn a_job_that_ignores_its_inner_alarm_runs_into_its_deadline() {
+    if skip_outside_pid_ns("inner_alarm_ignore") {
+        return;
+    }
+    let mut w = Watchdog::start(&[]);
+    let job = alarmed("ignore");
+    let out = w.submit(
+        &["--deadline", "1500ms", "--inner-alarm", "300ms"],
+        &argv(&job),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(124),
+        "stopped at its deadline: {out:?}"
+    );
+    let recs = w.records();
+    let kinds: Vec<&str> = recs
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .filter(|k| matches!(*k, "inner_alarm" | "stop_triggered"))
+        .collect();
+    assert_eq!(
+        kinds,
+        ["inner_alarm", "stop_triggered"],
+        "the alarm, then the deadline"
+    );
+    let t = &of_kind(&recs, "stop_triggered")[0]["data"];
+    assert_eq!(t["reason"], "deadline", "{t}");
+    close_positive(&mut w);
+}
+
+#[test]
+fn an_inner_alarm_not_below_the_deadline_is_refused_and_launches_nothing() {
+    if skip_outside_pid_ns("inner_alarm_refused") {
+        return;
+    }
+    let mut w = Watchdog::start(&[]);
+    let job = alarmed("die");
+    for alarm in ["2s", "1s"] {
+        let out = w.submit(&["--deadline", "1s", "--inner-alarm", alarm], &argv(&job));
+        assert_eq!(out.status.code(), Some(125), "refused: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("bad_inner_alarm"),
+            "{out:?}"
+        );
+    }
+    let recs = w.records();
+    let reasons: Vec<&Value> = of_kind(&recs, "request_refused")
+        .iter()
+        .map(|r| &r["data"]["reason"])
+        .collect();
+    assert_eq!(
+        reasons,
+        [&json!("bad_inner_alarm"), &json!("bad_inner_alarm")]
+    );
+    assert!(of_kind(&recs, "job_spawned").is_empty());
+    close_positive(&mut w);
+}

@@ -1,0 +1,519 @@
+//! `rea-watchdog recover` (SPEC 8, "Watchdog lost") against real
+//! watchdogs and real processes, in cgroup mode (`--contain cgroup`).
+//!
+//! A watchdog SIGKILLed while its job's tree runs (a 3-deep chain, three
+//! setsid escapees and the "Hopper", the unrelated sibling's argv) leaves
+//! them in its group: `reconcile` names them (running, exit 5); `recover`
+//! ends them (proven by the pidfds the test holds and the oracle FIFO's
+//! EOF) and leaves the sibling alone; `verify NEW` says delete_allowed and
+//! LOG's own verdict stays retain. Each refusal kills nothing (the
+//! survivors' pidfds say so) and names its code on stderr and in NEW.
+//!
+//! Run inside a private PID namespace: `tools/test recover::`. Every
+//! group a test sees is ended and removed by a guard that re-opens it by
+//! its recorded inode, and every process by the pidfds the test holds,
+//! also when a test fails.
+
+use crate::common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::harness::*;
+use common::logs::rechain;
+use common::recovery::*;
+use common::stop::*;
+use nix::sys::signal::Signal;
+use rea::contain::group::ActionGroup;
+use serde_json::Value;
+
+fn first_record(new: &Path) -> Value {
+    recovery_records(new).remove(0)
+}
+
+/// Every survivor is still alive: the refusal killed nothing.
+fn assert_nothing_killed(l: &Lost, what: &str) {
+    let alive = l.survivors().len();
+    assert_eq!(alive, LOST_SHAPES.len() + 2, "{what} killed something");
+    assert!(l.guard.exists(), "{what}: the group is still there");
+}
+
+/// A refusal as it must look: exit 2, the code on stderr and in stdout's
+/// answer, recorded in NEW (verify: retain, exit 1, result refused, the
+/// code a reason) when `recorded`.
+fn assert_refused(r: &Recovered, new: &Path, code: &str, recorded: bool) {
+    assert_eq!(r.code, 2, "{:#}\n{}", r.json, r.stderr);
+    assert_eq!(r.json["outcome"], "refused", "{:#}", r.json);
+    assert_eq!(codes(&r.json), vec![code.to_string()], "{:#}", r.json);
+    assert!(
+        r.stderr.contains(&format!("recover refused ({code})")),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("nothing was killed"), "{}", r.stderr);
+    assert_eq!(r.json["killed"], false);
+    assert_eq!(r.json["recorded"], recorded, "{:#}", r.json);
+    if !recorded {
+        return;
+    }
+    let (vcode, v) = verify_recovery(new, &[]);
+    assert_eq!(vcode, 1, "{v:#}");
+    assert_eq!(v["verdict"], "retain", "{v:#}");
+    assert_eq!(v["result"], "refused", "{v:#}");
+    assert!(codes(&v).contains(&code.to_string()), "{v:#}");
+    let kinds: Vec<String> = recovery_records(new)
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["recovery_started", "recovery_checked", "recovery_decided"],
+        "a refusal records no act"
+    );
+}
+
+#[test]
+fn a_lost_watchdog_is_recovered_through_its_group() {
+    if skip_outside_pid_ns("recover after a watchdog SIGKILL") {
+        return;
+    }
+    let sibling = Sibling::start();
+    let mut l = Lost::new(&sibling, &[], true);
+    let staging = l.staging();
+    let log = l.w.audit_log.clone();
+    let log_before = std::fs::read(&log).unwrap();
+
+    // reconcile names the survivors: the action still runs in its group.
+    let (code, v, text) = reconcile(&log, &["--staging", &staging]);
+    assert_eq!(code, 5, "{v:#}");
+    assert_eq!(v["outcome"], "running", "{v:#}");
+    let rs = codes(&v);
+    for want in ["group_members_alive", "watchdog_lost", "no_receipt"] {
+        assert!(rs.contains(&want.to_string()), "{want}: {v:#}");
+    }
+    let g = &v["group"];
+    assert_eq!(g["now"]["state"], "present", "{g:#}");
+    assert_eq!(g["recorded"]["ino"], l.guard.ino, "{g:#}");
+    assert_eq!(g["populated"], true, "{g:#}");
+    for m in l.survivors() {
+        let listed =
+            g["members"].as_array().unwrap().iter().any(|x| {
+                x["pid"] == m.pid && x["start_time"] == m.start_time && x["alive"] == true
+            });
+        assert!(listed, "{} ({}) not listed: {g:#}", m.pid, m.role);
+    }
+    assert!(!g["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|x| x["pid"] == sibling.pid()));
+    let cmd = v["recover_command"].as_str().unwrap();
+    assert!(cmd.starts_with("rea-watchdog recover "), "{cmd}");
+    assert!(cmd.contains("--audit-log NEW --staging "), "{cmd}");
+    assert!(text.contains("RUNNING"), "{text}");
+    assert!(text.contains(cmd), "the human report names {cmd}:\n{text}");
+    assert!(text.contains("group_members_alive"), "{text}");
+    assert_eq!(
+        l.survivors().len(),
+        LOST_SHAPES.len() + 2,
+        "reconcile killed"
+    );
+
+    // recover ends them all, and only them.
+    let new = l.w.scratch.path("recovery.jsonl");
+    let r = recover(&log, &new, Some(&staging));
+    assert_eq!(r.code, 0, "{:#}\n{}", r.json, r.stderr);
+    assert_eq!(r.json["outcome"], "recovered", "{:#}", r.json);
+    assert_eq!(r.json["killed"], true);
+    assert_eq!(r.json["recorded"], true);
+    assert!(r.stderr.contains("recovered run"), "{}", r.stderr);
+    let left = l.held.wait_all_exited(PATIENCE);
+    assert!(left.is_empty(), "survivors after recover: {left:?}");
+    assert!(
+        l.oracle.wait_eof(PATIENCE),
+        "a tree member still holds the oracle"
+    );
+    assert_eq!(run_processes(&l.w.run_id()), Vec::<i32>::new());
+    sibling.assert_alive();
+    assert!(!l.guard.path.exists(), "the group directory is removed");
+    assert_eq!(std::fs::read(&log).unwrap(), log_before, "LOG was written");
+
+    // NEW names LOG's run and its last intact seq and head.
+    let recs = recovery_records(&new);
+    let first = &recs[0]["data"];
+    assert_eq!(first["log_run"], l.w.run_id().as_str(), "{first:#}");
+    let lines = common::logs::read_lines(&log);
+    assert_eq!(first["log_intact_seq"], lines.len() as u64 - 1, "{first:#}");
+    let head = rea::audit::chain::line_hash(lines.last().unwrap());
+    assert_eq!(first["log_intact_head"], head.as_str(), "{first:#}");
+    assert_eq!(r.json["log_intact_head"], head.as_str());
+    let members = recs
+        .iter()
+        .find(|x| x["kind"] == "recovery_members")
+        .unwrap();
+    for m in l.members.iter().filter(|m| m.role != "root") {
+        let named = members["data"]["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["pid"] == m.pid && x["start_time"] == m.start_time);
+        assert!(
+            named,
+            "{} not recorded before the kill: {members:#}",
+            m.role
+        );
+    }
+    let killed = recs
+        .iter()
+        .find(|x| x["kind"] == "recovery_killed")
+        .unwrap();
+    assert_eq!(killed["data"]["populated"], false, "{killed:#}");
+
+    // verify NEW: delete_allowed for the exact stage; without --staging
+    // the stage is not cleared; LOG itself stays retain.
+    let (code, v) = verify_recovery(&new, &["--staging", &staging]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(v["verdict"], "delete_allowed", "{v:#}");
+    assert_eq!(v["result"], "recovered", "{v:#}");
+    assert_eq!(v["recovered_run"], l.w.run_id().as_str());
+    assert_eq!(v["head"], r.json["head"]);
+    let (code, v) = verify_recovery(&new, &[]);
+    assert_eq!(code, 1, "{v:#}");
+    assert!(codes(&v).contains(&"staging_not_checked".into()), "{v:#}");
+    let (code, v) = l.w.verify(&["--staging", &staging]);
+    assert_eq!(code, 2, "{v:#}");
+    assert_eq!(v["verdict"], "retain", "{v:#}");
+    let out = Command::new(audit_bin())
+        .arg("show")
+        .arg(&new)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "show exits as verify: {out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("recovery_decided"));
+
+    // Afterwards the group is gone: reconcile says so (review), and a
+    // second recover refuses, killing nothing.
+    let (code, v, _) = reconcile(&log, &["--staging", &staging]);
+    assert_eq!(code, 6, "{v:#}");
+    assert_eq!(v["group"]["now"]["state"], "gone", "{v:#}");
+    assert!(codes(&v).contains(&"group_gone".into()), "{v:#}");
+    let again = l.w.scratch.path("again.jsonl");
+    let r = recover(&log, &again, Some(&staging));
+    assert_refused(&r, &again, "group_gone", true);
+    let out = l.submit_output();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    sibling.assert_alive();
+}
+
+#[test]
+fn a_live_watchdog_is_refused_and_nothing_is_killed() {
+    if skip_outside_pid_ns("recover with the watchdog alive") {
+        return;
+    }
+    let sibling = Sibling::start();
+    let mut l = Lost::new(&sibling, &[], false);
+    let staging = l.staging();
+    let alive_before = l.held.alive().len();
+    assert_eq!(alive_before, LOST_SHAPES.len() + 3, "the leader lives too");
+    let new = l.w.scratch.path("recovery.jsonl");
+    let r = recover(&l.w.audit_log, &new, Some(&staging));
+    assert_refused(&r, &new, "watchdog_alive", true);
+    assert_eq!(
+        l.held.alive().len(),
+        alive_before,
+        "recover killed something"
+    );
+    let first = first_record(&new);
+    assert_eq!(first["data"]["log_sealed"], false);
+
+    // The same log with one byte edited: the chain is checked first.
+    let copy = l.w.scratch.path("edited.jsonl");
+    let mut lines = common::logs::read_lines(&l.w.audit_log);
+    lines[1] = common::logs::replace_once(&lines[1], "\"seq\":1", b"\"seq\":7");
+    common::logs::write_lines(&copy, &lines);
+    let new2 = l.w.scratch.path("recovery-2.jsonl");
+    let r = recover(&copy, &new2, Some(&staging));
+    assert_refused(&r, &new2, "log_tampered", true);
+    assert_eq!(l.held.alive().len(), alive_before);
+
+    // The test's own clean-up: the watchdog stops what it owns.
+    let stop = client_wait(&l.w, "stop");
+    assert!(stop.status.success(), "{stop:?}");
+    assert!(l.held.wait_all_exited(PATIENCE).is_empty());
+    assert!(l.oracle.wait_eof(PATIENCE));
+    assert!(client_wait(&l.w, "close").status.success());
+    sibling.assert_alive();
+}
+
+#[test]
+fn a_recreated_group_is_refused_and_its_sentinel_lives() {
+    if skip_outside_pid_ns("recover of a recreated group") {
+        return;
+    }
+    let sibling = Sibling::start();
+    let l = Lost::new(&sibling, &[], true);
+    // The test ends the original group through its recorded inode and
+    // removes it, then makes the same name again with a process of its own.
+    let g = ActionGroup::open_recorded(&l.guard.path, l.guard.ino).unwrap();
+    g.kill().unwrap();
+    assert!(g.wait_empty(PATIENCE).unwrap());
+    assert!(l.held.wait_all_exited(PATIENCE).is_empty());
+    g.remove().map_err(|(_, e)| e).unwrap();
+    std::fs::create_dir(&l.guard.path).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(&l.guard.path).unwrap().ino();
+    assert_ne!(ino, l.guard.ino);
+    let _new_group = GroupGuard {
+        path: l.guard.path.clone(),
+        ino,
+    };
+    let sentinel = Sentinel::start(&l.guard.path);
+
+    let (code, v, text) = reconcile(&l.w.audit_log, &[]);
+    assert_eq!(code, 6, "{v:#}");
+    assert_eq!(v["group"]["now"]["state"], "recreated", "{v:#}");
+    assert_eq!(v["group"]["now"]["ino_now"], ino, "{v:#}");
+    assert!(codes(&v).contains(&"group_recreated".into()), "{v:#}");
+    assert!(text.contains("RECREATED"), "{text}");
+    assert!(v["group"]["members"].as_array().unwrap().is_empty());
+
+    let new = l.w.scratch.path("recovery.jsonl");
+    let r = recover(&l.w.audit_log, &new, Some(&l.staging()));
+    assert_refused(&r, &new, "group_recreated", true);
+    assert!(!sentinel.fd.has_exited(), "recover killed the sentinel");
+    let checked = &recovery_records(&new)[1]["data"];
+    assert_eq!(checked["group"]["ino_now"], ino, "{checked:#}");
+    sibling.assert_alive();
+}
+
+/// A process of the test's own, placed in a group by writing its pid to
+/// the group's `cgroup.procs`; SIGKILLed through its pidfd on drop.
+struct Sentinel {
+    child: Option<std::process::Child>,
+    fd: rea::process::pidfd::VerifiedPidFd,
+}
+
+impl Sentinel {
+    fn start(group: &Path) -> Sentinel {
+        let child = Command::new("/bin/sleep").arg("3600").spawn().unwrap();
+        let fd = rea::process::pidfd::bind_unwaited_child(&child).unwrap();
+        let s = Sentinel {
+            child: Some(child),
+            fd,
+        };
+        std::fs::write(group.join("cgroup.procs"), s.fd.pid().to_string()).unwrap();
+        s
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.fd.signal(Signal::SIGKILL);
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+fn a_tampered_log_is_refused_and_nothing_is_killed() {
+    if skip_outside_pid_ns("recover of a tampered log") {
+        return;
+    }
+    let sibling = Sibling::start();
+    let l = Lost::new(&sibling, &[], true);
+    // One byte of line 2 edited (a digit of its mono_ns): line 3's prev
+    // no longer matches.
+    let mut lines = common::logs::read_lines(&l.w.audit_log);
+    let at = lines[1]
+        .windows(10)
+        .position(|x| x == b"\"mono_ns\":")
+        .unwrap()
+        + 10;
+    lines[1][at] = if lines[1][at] == b'1' { b'2' } else { b'1' };
+    let edited = l.w.scratch.path("edited.jsonl");
+    common::logs::write_lines(&edited, &lines);
+    let new = l.w.scratch.path("recovery.jsonl");
+    let r = recover(&edited, &new, Some(&l.staging()));
+    assert_refused(&r, &new, "log_tampered", true);
+    assert_nothing_killed(&l, "a tampered log");
+    let first = first_record(&new);
+    assert_eq!(first["data"]["log_intact_seq"], 1, "{first:#}");
+    assert!(
+        first["data"]["log_tampered"]
+            .as_str()
+            .unwrap()
+            .contains("line 3"),
+        "{first:#}"
+    );
+    sibling.assert_alive();
+}
+
+/// A cgroup-mode watchdog SIGKILLed with no job: its group is empty.
+fn lost_without_jobs(extra: &[&str]) -> (Watchdog, Option<GroupGuard>) {
+    let mut w = Watchdog::start(extra);
+    let guard = GroupGuard::of(&w.records());
+    w.signal(Signal::SIGKILL);
+    w.wait(PATIENCE);
+    (w, guard)
+}
+
+#[test]
+fn an_empty_group_is_recovered_and_the_recovery_log_is_tamper_evident() {
+    if skip_outside_pid_ns("recover of an empty group") {
+        return;
+    }
+    let (w, guard) = lost_without_jobs(&["--contain", "cgroup"]);
+    let guard = guard.unwrap();
+    let staging = w.staging.to_str().unwrap().to_string();
+    let new = w.scratch.path("recovery.jsonl");
+    let r = recover(&w.audit_log, &new, None);
+    assert_eq!(r.code, 0, "{:#}\n{}", r.json, r.stderr);
+    assert!(!guard.path.exists());
+    // Without --staging the stage LOG recorded is the one inventoried.
+    let (code, v) = verify_recovery(&new, &["--staging", &staging]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(v["staging"]["identity"]["path"], staging.as_str(), "{v:#}");
+    let (code, v) = verify_recovery(&new, &["--expect-head", r.json["head"].as_str().unwrap()]);
+    assert_eq!(code, 1, "pinned, but the stage not checked: {v:#}");
+
+    // The stage changed since the recovery: retain.
+    std::fs::write(w.staging.join("runtime.bin"), b"native runtimf").unwrap();
+    let (code, v) = verify_recovery(&new, &["--staging", &staging]);
+    assert_eq!(code, 1, "{v:#}");
+    assert!(codes(&v).contains(&"staging_mismatch".into()), "{v:#}");
+
+    // One byte edited: tampered.
+    let mut lines = common::logs::read_lines(&new);
+    let edited = w.scratch.path("edited-recovery.jsonl");
+    let mut bad = lines.clone();
+    bad[2] = common::logs::replace_once(&bad[2], "\"members\":[]", b"\"members\":[ ]");
+    common::logs::write_lines(&edited, &bad);
+    let out = Command::new(audit_bin())
+        .args(["verify", "--json"])
+        .arg(&edited)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // A forged decision, re-chained: the facts say the group was still
+    // populated, the decision says recovered.
+    let killed = lines
+        .iter()
+        .position(|l| l.windows(17).any(|x| x == b"\"recovery_killed\""))
+        .unwrap();
+    lines[killed] =
+        common::logs::replace_once(&lines[killed], "\"populated\":false", b"\"populated\":true");
+    let run_id = recovery_records(&new)[0]["run"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    rechain(&mut lines, &run_id, killed);
+    let forged = w.scratch.path("forged-recovery.jsonl");
+    common::logs::write_lines(&forged, &lines);
+    let (code, v) = verify_recovery(&forged, &[]);
+    assert_eq!(code, 3, "{v:#}");
+    assert!(codes(&v).contains(&"decision_mismatch".into()), "{v:#}");
+    // The forged chain is valid: only the pinned head tells it apart.
+    let (code, v) = verify_recovery(
+        &forged,
+        &["--expect-head", r.json["head"].as_str().unwrap()],
+    );
+    assert_eq!(code, 3, "{v:#}");
+    assert!(codes(&v).contains(&"head_mismatch".into()), "{v:#}");
+}
+
+#[test]
+fn refusals_without_a_tree_sealed_none_new_exists_new_in_stage() {
+    if skip_outside_pid_ns("recover refusals") {
+        return;
+    }
+    // A sealed log: nothing to recover.
+    let mut w = Watchdog::start(&["--contain", "cgroup"]);
+    let _group = GroupGuard::of(&w.records());
+    assert!(w.close().status.success());
+    assert!(w.wait(PATIENCE).success());
+    let new = w.scratch.path("recovery.jsonl");
+    let r = recover(&w.audit_log, &new, None);
+    assert_refused(&r, &new, "log_sealed", true);
+    assert!(r.stderr.contains("nothing to recover"), "{}", r.stderr);
+
+    // none mode: recovery needs containment; reconcile is named.
+    let (w, guard) = lost_without_jobs(&["--contain", "none"]);
+    assert!(guard.is_none());
+    let new = w.scratch.path("recovery.jsonl");
+    let r = recover(&w.audit_log, &new, None);
+    assert_refused(&r, &new, "no_group", true);
+    assert!(
+        r.stderr.contains("recovery needs containment"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("rea-audit reconcile"), "{}", r.stderr);
+
+    // NEW exists: refused, NEW untouched, nothing recorded.
+    let (w, guard) = lost_without_jobs(&["--contain", "cgroup"]);
+    let guard = guard.unwrap();
+    let new = w.scratch.path("exists.jsonl");
+    std::fs::write(&new, b"keep me\n").unwrap();
+    let r = recover(&w.audit_log, &new, None);
+    assert_refused(&r, &new, "new_log_exists", false);
+    assert_eq!(std::fs::read(&new).unwrap(), b"keep me\n");
+    assert!(guard.exists(), "the group was touched");
+
+    // NEW inside the stage (the one LOG recorded, or --staging): refused,
+    // not created.
+    let inside = w.staging.join("recovery.jsonl");
+    let r = recover(&w.audit_log, &inside, None);
+    assert_refused(&r, &inside, "new_log_in_stage", false);
+    assert!(!inside.exists());
+    let r = recover(&w.audit_log, &inside, Some(w.staging.to_str().unwrap()));
+    assert_refused(&r, &inside, "new_log_in_stage", false);
+    assert!(guard.exists());
+    // --staging naming another directory: NEW inside the stage LOG
+    // recorded is refused all the same.
+    let other = w.scratch.path("other-stage");
+    std::fs::create_dir(&other).unwrap();
+    let r = recover(&w.audit_log, &inside, Some(other.to_str().unwrap()));
+    assert_refused(&r, &inside, "new_log_in_stage", false);
+    assert!(!inside.exists());
+    assert!(guard.exists());
+
+    // The group gone (the test removed it): refused.
+    ActionGroup::open_recorded(&guard.path, guard.ino)
+        .unwrap()
+        .remove()
+        .map_err(|(_, e)| e)
+        .unwrap();
+    let new = w.scratch.path("recovery.jsonl");
+    let r = recover(&w.audit_log, &new, None);
+    assert_refused(&r, &new, "group_gone", true);
+
+    // A missing LOG is recorded as unreadable; a bad command line is 125.
+    let new = w.scratch.path("recovery-missing.jsonl");
+    let r = recover(&w.scratch.path("no-such.jsonl"), &new, None);
+    assert_refused(&r, &new, "log_unreadable", true);
+    let out = Command::new(watchdog_bin())
+        .args(["recover", "/nonexistent"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let out = Command::new(watchdog_bin())
+        .args(["recover", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    for want in [
+        "Example:",
+        "rea-watchdog recover",
+        "watchdog_alive",
+        "2 refused",
+    ] {
+        assert!(help.contains(want), "{want}: {help}");
+    }
+}

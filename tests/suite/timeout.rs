@@ -1,0 +1,613 @@
+//! The `timeout` personality (SPEC 3.7 rev 2, issue 15): rea-watchdog
+//! invoked as `timeout` (a symlink) or as `rea-watchdog timeout`, checked
+//! for each behaviour coreutils' own `tests/timeout/` checks (our tests,
+//! not theirs), and for what rea adds: escapees stopped, a log written.
+//!
+//! Run inside a private PID namespace: `tools/test timeout::`.
+
+use crate::common;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::harness::*;
+use nix::sys::signal::Signal;
+
+/// A scratch directory holding `timeout`, a symlink to the watchdog, and
+/// the logs (TMPDIR).
+struct Timeout {
+    scratch: Scratch,
+    bin: PathBuf,
+}
+
+impl Timeout {
+    fn new() -> Timeout {
+        let scratch = Scratch::new();
+        let bin = scratch.path("timeout");
+        std::os::unix::fs::symlink(watchdog_bin(), &bin).unwrap();
+        Timeout { scratch, bin }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.args(args)
+            .env("TMPDIR", self.scratch.dir.path())
+            .env_remove("REA_AUDIT_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        output_within(self.command(args).spawn().unwrap(), PATIENCE)
+    }
+
+    fn code(&self, args: &[&str]) -> i32 {
+        let out = self.run(args);
+        out.status
+            .code()
+            .unwrap_or_else(|| panic!("{args:?}: {out:?}"))
+    }
+
+    /// Every log written so far is sealed and verifies `delete_allowed`.
+    fn verify_all(&self) {
+        for log in self.logs() {
+            let (code, v) = verify_log(&log, &[]);
+            assert_eq!(code, 0, "{v:#}");
+        }
+    }
+
+    /// `timeout ARGS` whose command prints `ready` first: spawned, and that
+    /// line read (the command runs from here on).
+    fn spawn_ready(&self, args: &[&str]) -> std::process::Child {
+        let mut child = self.command(args).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready");
+        child
+    }
+
+    /// Every log this personality wrote in TMPDIR.
+    fn logs(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(self.scratch.dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| {
+                let n = p.file_name().unwrap().to_string_lossy().into_owned();
+                n.starts_with("rea-timeout-") && n.ends_with(".jsonl")
+            })
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn the_commands_status_passes_through_and_a_log_is_written() {
+    if skip_outside_pid_ns("timeout passthrough") {
+        return;
+    }
+    let t = Timeout::new();
+    assert_eq!(t.code(&["10", "sh", "-c", "exit 3"]), 3);
+    let logs = t.logs();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let (code, v) = verify_log(&logs[0], &[]);
+    assert_eq!(code, 0, "{v:#}");
+    let recs = records(&logs[0]);
+    assert_eq!(recs[1]["data"]["source"], "unwatched", "no root bound");
+    // And as a subcommand.
+    let out = Command::new(watchdog_bin())
+        .args(["timeout", "10", "sh", "-c", "exit 4"])
+        .env("TMPDIR", t.scratch.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+}
+
+#[test]
+fn a_time_out_is_124_and_preserve_status_keeps_the_commands() {
+    if skip_outside_pid_ns("timeout 124") {
+        return;
+    }
+    let t = Timeout::new();
+    assert_eq!(t.code(&["0.1", "sleep", "60"]), 124);
+    assert_eq!(
+        t.code(&["--preserve-status", "0.1", "sleep", "60"]),
+        128 + 15
+    );
+    t.verify_all();
+}
+
+#[test]
+fn kill_when_needed_is_137() {
+    if skip_outside_pid_ns("timeout 137") {
+        return;
+    }
+    let t = Timeout::new();
+    assert_eq!(t.code(&["-s", "KILL", "0.1", "sleep", "60"]), 137);
+    let ignores = "trap '' TERM; sleep 60";
+    assert_eq!(t.code(&["-k", "0.2", "0.1", "sh", "-c", ignores]), 137);
+}
+
+#[test]
+fn verbose_names_each_signal_as_coreutils_does() {
+    if skip_outside_pid_ns("timeout -v") {
+        return;
+    }
+    let t = Timeout::new();
+    let out = t.run(&["-v", "0.1", "sleep", "60"]);
+    assert_eq!(out.status.code(), Some(124));
+    assert_eq!(
+        stderr(&out),
+        "timeout: sending signal TERM to command 'sleep'\n"
+    );
+    let out = t.run(&[
+        "-v",
+        "-k",
+        "0.2",
+        "0.1",
+        "sh",
+        "-c",
+        "trap '' TERM; sleep 60",
+    ]);
+    assert_eq!(out.status.code(), Some(137));
+    assert_eq!(
+        stderr(&out),
+        "timeout: sending signal TERM to command 'sh'\ntimeout: sending signal KILL to command 'sh'\n"
+    );
+}
+
+/// `-v` to a stderr whose reader is gone: EPIPE is handled, not a death.
+#[test]
+fn verbose_to_a_closed_pipe_is_still_124() {
+    if skip_outside_pid_ns("timeout -v closed pipe") {
+        return;
+    }
+    let t = Timeout::new();
+    let (r, w) = nix::unistd::pipe().unwrap();
+    drop(r);
+    let status = t
+        .command(&["-v", "0.1", "sleep", "60"])
+        .stderr(Stdio::from(w))
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(124));
+}
+
+#[test]
+fn bad_command_lines_are_125_with_coreutils_messages() {
+    if skip_outside_pid_ns("timeout 125") {
+        return;
+    }
+    let t = Timeout::new();
+    for bad in ["invalid", " -0.1", " -1e-10000", "42D"] {
+        let out = t.run(&[bad, "sleep", "0"]);
+        assert_eq!(out.status.code(), Some(125), "{bad:?}");
+        let want = format!(
+            "timeout: invalid time interval '{bad}'\nTry 'timeout --help' for more information.\n"
+        );
+        assert_eq!(stderr(&out), want, "{bad:?}");
+    }
+    let out = t.run(&["--signal=invalid", "1", "sleep", "0"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        stderr(&out).starts_with("timeout: 'invalid': invalid signal\n"),
+        "{out:?}"
+    );
+    assert!(
+        t.logs().is_empty(),
+        "a refused command line launched nothing"
+    );
+}
+
+#[test]
+fn durations_as_coreutils_reads_them() {
+    if skip_outside_pid_ns("timeout durations") {
+        return;
+    }
+    let t = Timeout::new();
+    let huge = [
+        "1d",
+        "2.34e+5d",
+        "9223372036854775808",
+        "1.18973149535723176502e+4932",
+    ];
+    for d in ["10.34", "9.999999999", "0"].iter().chain(&huge) {
+        assert_eq!(t.code(&[d, "sleep", "0"]), 0, "{d}");
+    }
+    let start = Instant::now();
+    assert_eq!(
+        t.code(&["1e-10000", "sleep", "60"]),
+        124,
+        "an underflow times out at once"
+    );
+    assert!(start.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn cannot_run_is_126_and_not_found_127() {
+    if skip_outside_pid_ns("timeout 126 127") {
+        return;
+    }
+    let t = Timeout::new();
+    let out = t.run(&["10", "."]);
+    assert_eq!(out.status.code(), Some(126));
+    assert_eq!(
+        stderr(&out),
+        "timeout: failed to run command '.': Permission denied\n"
+    );
+    let out = t.run(&["10", "no_such"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert_eq!(
+        stderr(&out),
+        "timeout: failed to run command 'no_such': No such file or directory\n"
+    );
+}
+
+/// A parent's `trap '' CHLD`, a parent's blocked SIGALRM: neither keeps
+/// timeout from timing out or from seeing its command exit.
+#[test]
+fn ignored_sigchld_and_blocked_sigalrm_in_the_parent() {
+    if skip_outside_pid_ns("timeout parent dispositions") {
+        return;
+    }
+    let t = Timeout::new();
+    for args in [
+        &["10", "sh", "-c", "exit 6"][..],
+        &["0.1", "sleep", "60"][..],
+    ] {
+        let mut c = t.command(args);
+        // SAFETY: only signal(2) and sigprocmask(2) between fork and exec.
+        unsafe {
+            c.pre_exec(|| {
+                libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGALRM);
+                libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+                Ok(())
+            });
+        }
+        let out = output_within(c.spawn().unwrap(), Duration::from_secs(30));
+        let want = if args[0] == "10" { 6 } else { 124 };
+        assert_eq!(out.status.code(), Some(want), "{args:?}: {out:?}");
+    }
+}
+
+/// A child the shell started before it exec'd timeout (coreutils
+/// Bug#9098): not waited for, not signalled; timeout ends with its command.
+#[test]
+fn a_pre_existing_child_is_neither_waited_for_nor_signalled() {
+    if skip_outside_pid_ns("timeout pre-existing child") {
+        return;
+    }
+    let t = Timeout::new();
+    let script = format!(
+        "sleep 600 </dev/null >/dev/null 2>&1 & echo $!; exec {} 60 true",
+        t.bin.display()
+    );
+    let mut child = Command::new("/bin/sh")
+        .args(["-c", &script])
+        .env("TMPDIR", t.scratch.dir.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let pid: i32 = line.trim().parse().unwrap();
+    let mut held = Held::default();
+    held.add_pid("sleep", pid);
+    let status = wait_child(&mut child, PATIENCE);
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        !held.get("sleep").has_exited(),
+        "the pre-existing child was ended"
+    );
+}
+
+/// `timeout -s ALRM 1 timeout -s USR1 10 sleep 20`: the outer one's ALRM
+/// is the inner one's time-out now; both say 124, at once.
+#[test]
+fn cascaded_timeouts_are_124() {
+    if skip_outside_pid_ns("timeout cascade") {
+        return;
+    }
+    let t = Timeout::new();
+    let inner = t.bin.to_str().unwrap().to_string();
+    let start = Instant::now();
+    let code = t.code(&[
+        "-s", "ALRM", "0.5", &inner, "-s", "USR1", "30", "sleep", "60",
+    ]);
+    assert_eq!(code, 124);
+    assert!(
+        start.elapsed() < Duration::from_secs(25),
+        "the inner deadline ran out instead"
+    );
+}
+
+/// `--foreground`: the command stays in the caller's process group, so a
+/// signal to that group (USR1) reaches it directly.
+#[test]
+fn foreground_leaves_the_command_in_the_callers_group() {
+    if skip_outside_pid_ns("timeout --foreground") {
+        return;
+    }
+    let t = Timeout::new();
+    let script = "import os, signal, sys, time\n\
+                  signal.signal(signal.SIGUSR1, lambda *_: (print('usr1', flush=True), sys.exit(0)))\n\
+                  print(os.getpgrp(), flush=True)\n\
+                  time.sleep(60)";
+    let mut c = t.command(&["--foreground", "30", python(), "-c", script]);
+    c.process_group(0); // a group of its own, that the test may signal
+    let mut child = c.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(
+        line.trim(),
+        child.id().to_string(),
+        "the job's group is timeout's"
+    );
+    // To timeout, which forwards it (the test signals only what it
+    // started, never a group): the command is in the group checked above.
+    signal_child(&child, Signal::SIGUSR1);
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "usr1");
+    let status = wait_child(&mut child, PATIENCE);
+    assert_eq!(status.code(), Some(0));
+}
+
+/// timeout SIGKILLed: its command gets the `-s` signal as its
+/// parent-death signal (here USR1, which it reports on a file).
+#[test]
+fn a_command_outliving_a_killed_timeout_gets_the_s_signal() {
+    if skip_outside_pid_ns("timeout pdeathsig") {
+        return;
+    }
+    let t = Timeout::new();
+    let marker = t.scratch.path("got-usr1");
+    let script = format!(
+        "import signal, sys, time\n\
+         def got(*_):\n    open({:?}, 'w').close(); sys.exit(0)\n\
+         signal.signal(signal.SIGUSR1, got)\n\
+         print('ready', flush=True)\n\
+         time.sleep(60)",
+        marker.to_str().unwrap()
+    );
+    let mut child = t
+        .command(&["-s", "USR1", "30", python(), "-c", &script])
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    signal_child(&child, Signal::SIGKILL);
+    wait_child(&mut child, PATIENCE);
+    let until = Instant::now() + PATIENCE;
+    while !marker.exists() {
+        assert!(Instant::now() < until, "the command never got USR1");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// What rea adds: an escapee (setsid) of the command is stopped too; the
+/// status is still the command's own.
+#[test]
+fn an_escapee_is_stopped_and_the_status_is_the_commands() {
+    if skip_outside_pid_ns("timeout escapee") {
+        return;
+    }
+    let t = Timeout::new();
+    let mut oracle = Oracle::new(&t.scratch, "oracle");
+    let tree = fixture("tree.py");
+    let args = [
+        "30",
+        python(),
+        &tree,
+        "--oracle",
+        oracle.arg(),
+        "--shape",
+        "escapee",
+        "--then",
+        "exit",
+    ];
+    let child = t.command(&args).spawn().unwrap();
+    let (members, _) = oracle.wait_ready(PATIENCE);
+    let held = Held::bind_live(&members);
+    let out = output_within(child, PATIENCE);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(oracle.wait_eof(PATIENCE), "the escapee outlived timeout");
+    assert!(held.wait_all_exited(PATIENCE).is_empty());
+    let (code, v) = verify_log(&t.logs()[0], &[]);
+    assert_eq!(code, 0, "{v:#}");
+}
+
+#[test]
+fn as_pid_1_a_time_out_is_124() {
+    if skip_outside_pid_ns("timeout as pid 1") {
+        return;
+    }
+    let _ns = common::mounts::new_namespace(); // --mount-proc
+    let t = Timeout::new();
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "--"])
+        .arg(&t.bin)
+        .args(["0.1", "sleep", "60"])
+        .env("TMPDIR", t.scratch.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+}
+
+/// The data of each of a log's records of `kind`.
+fn of_kind(log: &std::path::Path, kind: &str) -> Vec<serde_json::Value> {
+    records(log)
+        .into_iter()
+        .filter(|r| r["kind"] == kind)
+        .map(|r| r["data"].clone())
+        .collect()
+}
+
+/// coreutils' `-s0 -k1`: signal 0 is only a probe, so the command lives
+/// until `-k` has passed and KILL ends it: 137, both lines under `-v`, and
+/// the log says so (the ask with SIG0, ended by `kill_after`, then KILL
+/// with no TERM sweep).
+#[test]
+fn signal_0_then_kill_after_is_137() {
+    if skip_outside_pid_ns("timeout -s0 -k") {
+        return;
+    }
+    let t = Timeout::new();
+    let out = t.run(&["-v", "-s0", "-k", "0.5", "0.1", "sleep", "60"]);
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    assert_eq!(
+        stderr(&out),
+        "timeout: sending signal 0 to command 'sleep'\ntimeout: sending signal KILL to command 'sleep'\n"
+    );
+    let log = &t.logs()[0];
+    let (code, v) = verify_log(log, &[]);
+    assert_eq!(code, 0, "{v:#}");
+    let sweeps = of_kind(log, "signal_sweep");
+    let stages: Vec<&str> = sweeps
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(stages.first(), Some(&"ask"), "{sweeps:#?}");
+    assert!(!stages.contains(&"term"), "{sweeps:#?}");
+    assert!(stages.contains(&"kill"), "{sweeps:#?}");
+    assert_eq!(sweeps[0]["signals"], serde_json::json!(["SIG0", "SIGCONT"]));
+    let ended = of_kind(log, "ask_ended");
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0]["reason"], "kill_after");
+    let started = &of_kind(log, "run_started")[0];
+    assert_eq!(
+        started["bounds"]["ask"],
+        serde_json::json!({"kill_after_ms": 500})
+    );
+}
+
+/// Without `-k`, a command that takes its time over the signal is waited
+/// for, however long (here it finishes 2 s after TERM, four times exec's
+/// grace), and `--preserve-status` gives its own status.
+#[test]
+fn without_k_a_slow_command_is_waited_for() {
+    if skip_outside_pid_ns("timeout without -k") {
+        return;
+    }
+    let t = Timeout::new();
+    let script = "import signal, sys, time\n\
+                  def slow(*_):\n    time.sleep(2); sys.exit(3)\n\
+                  signal.signal(signal.SIGTERM, slow)\n\
+                  time.sleep(60)";
+    let out = t.run(&["--preserve-status", "0.1", python(), "-c", script]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let log = &t.logs()[0];
+    let (code, v) = verify_log(log, &[]);
+    assert_eq!(code, 0, "{v:#}");
+    // The leader's own exit ended the stop (an ask_ended says so, unless
+    // nothing was left at all): no KILL, no TERM sweep.
+    for e in of_kind(log, "ask_ended") {
+        assert_eq!(e["reason"], "leaders_exited");
+    }
+    let sweeps = of_kind(log, "signal_sweep");
+    assert!(sweeps.iter().all(|s| s["stage"] == "ask"), "{sweeps:#?}");
+    assert_eq!(
+        of_kind(log, "run_started")[0]["bounds"]["ask"],
+        "until_exit"
+    );
+}
+
+/// `-s` takes any signal: a real-time one is the ask and spelled as
+/// `-v` spells it; STOP (then CONT, as coreutils sends) leaves the
+/// command running until `-k`.
+#[test]
+fn any_signal_may_be_the_s_signal() {
+    if skip_outside_pid_ns("timeout -s any") {
+        return;
+    }
+    let t = Timeout::new();
+    let out = t.run(&["-v", "-s", "RTMIN+2", "0.1", "sleep", "60"]);
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    assert_eq!(
+        stderr(&out),
+        "timeout: sending signal RTMIN+2 to command 'sleep'\n"
+    );
+    let log = &t.logs()[0];
+    let (code, v) = verify_log(log, &[]);
+    assert_eq!(code, 0, "{v:#}");
+    let ask = &of_kind(log, "signal_sweep")[0];
+    assert_eq!(ask["signals"], serde_json::json!(["SIGRTMIN+2", "SIGCONT"]));
+    assert_eq!(of_kind(log, "job_spawned")[0]["stop_signal"], "SIGRTMIN+2");
+
+    assert_eq!(
+        t.code(&["-s", "STOP", "-k", "0.3", "0.1", "sleep", "60"]),
+        137
+    );
+    t.verify_all();
+}
+
+/// A command that dies of a signal timeout did not send: timeout dies of
+/// the same signal (its caller sees `WIFSIGNALED`, as with coreutils), with
+/// no core file of its own; and so when timeout itself is TERMed and passes
+/// that on. Its log is sealed first.
+#[test]
+fn a_commands_death_by_signal_is_timeouts_own() {
+    use std::os::unix::process::ExitStatusExt;
+    if skip_outside_pid_ns("timeout dies the same death") {
+        return;
+    }
+    let t = Timeout::new();
+    let out = t.run(&["30", "sh", "-c", "kill -USR1 $$"]);
+    assert_eq!(out.status.signal(), Some(libc::SIGUSR1), "{out:?}");
+    assert!(!out.status.core_dumped());
+    let out = t.run(&["30", "sh", "-c", "kill -SEGV $$"]);
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{out:?}");
+    assert!(
+        !out.status.core_dumped(),
+        "timeout dumped a core of its own"
+    );
+
+    let script = "print('ready', flush=True)\nimport time\ntime.sleep(60)";
+    let mut child = t.spawn_ready(&["30", python(), "-c", script]);
+    signal_child(&child, Signal::SIGTERM);
+    let status = wait_child(&mut child, PATIENCE);
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    t.verify_all();
+}
+
+/// Only a time-out asks for as long as the command needs: a TERM to
+/// timeout with `-s 0` (a probe the command cannot act on) still stops it,
+/// TERM reaching the command after half the grace, and timeout then dies
+/// of the TERM its command died of.
+#[test]
+fn a_signal_to_timeout_stops_even_when_s_is_only_a_probe() {
+    use std::os::unix::process::ExitStatusExt;
+    if skip_outside_pid_ns("timeout -s 0 then TERM") {
+        return;
+    }
+    let t = Timeout::new();
+    let script = "print('ready', flush=True)\nimport time\ntime.sleep(60)";
+    let mut child = t.spawn_ready(&["-s", "0", "30", python(), "-c", script]);
+    signal_child(&child, Signal::SIGTERM);
+    let status = wait_child(&mut child, PATIENCE);
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    let log = &t.logs()[0];
+    let (code, v) = verify_log(log, &[]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(of_kind(log, "ask_ended")[0]["reason"], "half_grace");
+}
