@@ -271,13 +271,13 @@ pub struct ShowLine {
 /// Who asked for each job, by the leaders seen so far: a nested launcher
 /// is named by the job that asked for it.
 #[derive(Default)]
-struct Askers {
-    root: Option<Ident>,
-    leaders: Vec<(Ident, u64, String)>,
+pub(crate) struct Askers {
+    pub(crate) root: Option<Ident>,
+    pub(crate) leaders: Vec<(Ident, u64, String)>,
 }
 
 impl Askers {
-    fn note(&mut self, ev: &Event) -> Option<String> {
+    pub(crate) fn note(&mut self, ev: &Event) -> Option<String> {
         match ev {
             Event::RootBound(r) => self.root = r.root,
             Event::JobSpawned(j) => {
@@ -305,7 +305,7 @@ impl Askers {
     }
 }
 
-fn same(a: &Ident, b: &Ident) -> bool {
+pub(crate) fn same(a: &Ident, b: &Ident) -> bool {
     a.pid == b.pid && a.start_time == b.start_time
 }
 
