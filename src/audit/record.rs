@@ -185,6 +185,12 @@ pub struct JobSpawned {
     /// Read back from `/proc` after exec: the job's own pid (its own session).
     pub sid: i32,
     pub caller: Option<Ident>,
+    /// The running job the caller belongs to, when it is not the root:
+    /// the job whose leader is the watchdog's child on the caller's
+    /// ancestry, or whose session that child is in. A nested launcher is
+    /// shown under the job that asked for it, whoever in its tree asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller_job: Option<u64>,
     pub deadline_ms: Option<u64>,
     pub capture: Capture,
     /// What the leader is asked to stop with when the action stops (the

@@ -210,6 +210,20 @@ impl Replay {
                         j.job
                     )));
                 }
+                if let Some(by) = j.caller_job {
+                    // A job's tree asked: that job was running, and the
+                    // caller was not the root controller.
+                    let root_asked = j.caller.is_some_and(|c| {
+                        self.root
+                            .is_some_and(|r| r.pid == c.pid && r.start_time == c.start_time)
+                    });
+                    if !self.open.contains_key(&by) || j.caller.is_none() || root_asked {
+                        self.push(mismatch(format!(
+                            "job {} names job {by} as its caller's, which was not a running job's process",
+                            j.job
+                        )));
+                    }
+                }
                 self.last_job = Some(j.job);
                 self.open
                     .insert(j.job, (j.pid, j.start_time, j.stop_signal));

@@ -282,15 +282,23 @@ impl Askers {
             Event::RootBound(r) => self.root = r.root,
             Event::JobSpawned(j) => {
                 let name = j.name.clone().unwrap_or_else(|| j.id.clone());
-                let by = j
-                    .caller
-                    .map(|c| match self.leaders.iter().find(|(l, ..)| same(l, &c)) {
-                        Some((_, job, asker)) => format!("asked by job {job} ({asker})"),
-                        None if self.root.is_some_and(|r| same(&r, &c)) => {
-                            "asked by the controller".into()
-                        }
-                        None => format!("asked by pid {} (a descendant)", c.pid),
-                    });
+                let job = |n: u64| match self.leaders.iter().find(|(_, job, _)| *job == n) {
+                    Some((_, job, asker)) => format!("asked by job {job} ({asker})"),
+                    None => format!("asked by job {n}"),
+                };
+                // The job the caller belongs to, as recorded at admission
+                // (`caller_job`); a log without it names the job only when
+                // its leader itself asked.
+                let by = j.caller_job.map(job).or_else(|| {
+                    j.caller
+                        .map(|c| match self.leaders.iter().find(|(l, ..)| same(l, &c)) {
+                            Some((_, n, _)) => job(*n),
+                            None if self.root.is_some_and(|r| same(&r, &c)) => {
+                                "asked by the controller".into()
+                            }
+                            None => format!("asked by pid {} (a descendant)", c.pid),
+                        })
+                });
                 let me = Ident {
                     pid: j.pid,
                     start_time: j.start_time,

@@ -3,7 +3,7 @@
 //! start time the request claims.
 
 use crate::audit::record::Ident;
-use crate::process::identity::{is_gone, read_stat};
+use crate::process::identity::{is_gone, read_stat, Stat};
 use crate::process::pidfd::{bind_ident, BindError, VerifiedPidFd};
 use crate::protocol::{Caller, RefusalReason};
 
@@ -14,7 +14,18 @@ pub enum Verified {
     /// The caller is the root controller (already bound at start).
     Root,
     /// A bound descendant of the watchdog or of the root.
-    Bound(VerifiedPidFd),
+    Bound(Bound),
+}
+
+/// A caller bound by its pidfd, and where its ancestry met the watchdog.
+pub struct Bound {
+    pub fd: VerifiedPidFd,
+    /// The watchdog's own child on the caller's PPID chain (the caller
+    /// itself when the watchdog is its parent): a job's leader, or an
+    /// orphan the watchdog adopted. `None` when the chain reached the
+    /// root controller instead. It names the job that asked (SPEC 9:
+    /// launchers shown under the job that asked for them).
+    pub via: Option<Stat>,
 }
 
 pub type Refused = (RefusalReason, String);
@@ -63,10 +74,21 @@ pub fn verify(
             return Err((RefusalReason::CallerMismatch, detail))
         }
     };
+    // The process below `pid` on the chain: `None` while that is the
+    // caller itself (whose stat is read only if it is the watchdog's child).
+    let mut below: Option<Stat> = None;
     let mut pid = fd.proc().ppid;
     for _ in 0..MAX_ANCESTRY {
         if pid == me.pid {
-            return Ok(Verified::Bound(fd));
+            let via = match below {
+                Some(st) => Some(st),
+                // The caller is the watchdog's child: it cannot be reaped
+                // (and its pid reused) before the loop reaps.
+                None => read_stat(fd.pid())
+                    .ok()
+                    .filter(|st| st.start_time == fd.proc().start_time),
+            };
+            return Ok(Verified::Bound(Bound { fd, via }));
         }
         if pid <= 0 {
             break;
@@ -84,12 +106,13 @@ pub fn verify(
         // The root may be pid 1 (a PID namespace's init): compare before
         // stopping at the top of the tree.
         if root.is_some_and(|r| pid == r.pid && st.start_time == r.start_time) {
-            return Ok(Verified::Bound(fd));
+            return Ok(Verified::Bound(Bound { fd, via: None }));
         }
         if pid == 1 {
             break;
         }
         pid = st.ppid;
+        below = Some(st);
     }
     Err((
         RefusalReason::CallerNotOwned,

@@ -23,7 +23,7 @@ use std::os::fd::AsFd;
 use super::caller::{self, Verified};
 use super::effect::{Effects, ReplyTo};
 use super::framer::{Framer, Text};
-use super::jobs::LaunchRequest;
+use super::launch_request::LaunchRequest;
 use super::ledger::Ledger;
 use super::reply::Replies;
 use super::state_dir::StateDir;
@@ -270,7 +270,7 @@ impl Intake {
                 }
                 let caller = match caller {
                     Verified::Root => None,
-                    Verified::Bound(fd) => Some(fd),
+                    Verified::Bound(b) => Some(b),
                 };
                 Admitted::Spawn(LaunchRequest::admitted(reply, spec, caller, root))
             }

@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use mio::Interest;
 
 use super::config::Config;
-use super::effect::{Effects, ReplyTo};
+use super::effect::Effects;
 use super::job::{close_pipe, pump, Job, Output};
 use super::job_env::{child_setup, job_env};
+use super::launch_request::LaunchRequest;
 use super::ledger::Ledger;
 use super::passthrough::Passthrough;
 use super::priority::Base;
@@ -32,69 +33,9 @@ use crate::audit::record::{
     Event, InnerAlarm, JobExited, JobFailed, JobSpawned, OutputCapped, Stream,
 };
 use crate::clock::millis;
-use crate::process::pidfd::VerifiedPidFd;
-use crate::protocol::{Reply, SpawnSpec, PROTOCOL_VERSION};
-use crate::vocab::{bounded, Capture, Ident, Mode, RefusalReason, Sig, Status, StopReason};
-
-/// One job to launch, as admitted (or as exec's own job).
-pub struct LaunchRequest {
-    pub id: String,
-    pub argv: Vec<OsString>,
-    pub name: Option<String>,
-    /// The job's own deadline from now (capped by the action deadline).
-    pub deadline: Option<Duration>,
-    /// The inner alarm, from now (below the deadline).
-    pub inner_alarm: Option<Duration>,
-    /// What the leader is asked to stop with when the action stops: a
-    /// request's [`StopSignal`], or any signal timeout's `-s` names.
-    pub stop_signal: Sig,
-    pub capture: Capture,
-    /// A caller other than the root, bound for as long as the job runs.
-    pub caller: Option<VerifiedPidFd>,
-    /// Who asked, for the record (`None` in exec mode: nobody did).
-    pub caller_ident: Option<Ident>,
-    pub reply: Option<ReplyTo>,
-}
-
-impl LaunchRequest {
-    /// exec mode: the one job, ARGV, with output passed through.
-    pub fn exec(argv: &[OsString], deadline: Option<Duration>, stop: Sig) -> LaunchRequest {
-        LaunchRequest {
-            id: "exec".into(),
-            argv: argv.to_vec(),
-            name: None,
-            deadline,
-            inner_alarm: None,
-            stop_signal: stop,
-            capture: Capture::Discard,
-            caller: None,
-            caller_ident: None,
-            reply: None,
-        }
-    }
-
-    /// An admitted spawn request; `root` is recorded as the caller when
-    /// none was bound (`None` in exec mode, whose root is only its parent).
-    pub fn admitted(
-        reply: ReplyTo,
-        spec: SpawnSpec,
-        caller: Option<VerifiedPidFd>,
-        root: Option<Ident>,
-    ) -> LaunchRequest {
-        LaunchRequest {
-            id: reply.id.clone(),
-            argv: spec.argv.iter().map(OsString::from).collect(),
-            name: spec.name,
-            deadline: Some(Duration::from_millis(spec.deadline_ms)),
-            inner_alarm: spec.inner_alarm_ms.map(Duration::from_millis),
-            stop_signal: spec.stop_signal.sig(),
-            capture: spec.capture,
-            caller_ident: caller.as_ref().map(|c| c.ident()).or(root),
-            caller,
-            reply: Some(reply),
-        }
-    }
-}
+use crate::process::identity::Stat;
+use crate::protocol::{Reply, PROTOCOL_VERSION};
+use crate::vocab::{bounded, Mode, RefusalReason, Status, StopReason};
 
 /// The outcome of a launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,6 +102,20 @@ impl Jobs {
     /// Jobs whose leader has not been reaped yet.
     pub fn running(&self) -> impl Iterator<Item = &Job> {
         self.running.values().filter(|j| j.running())
+    }
+
+    /// The running job a caller belongs to, from the watchdog's child on
+    /// its ancestry (`via`): the job that child leads, or else the job
+    /// whose session it is in (an orphan of that job the watchdog
+    /// adopted). Each job is its own session, so at most one matches.
+    fn job_of(&self, via: &Stat) -> Option<u64> {
+        let leads = |j: &Job| {
+            let l = j.leader.proc();
+            l.pid == via.pid && l.start_time == via.start_time
+        };
+        let job = self.running().find(|j| leads(j));
+        job.or_else(|| self.running().find(|j| j.sid == via.sid))
+            .map(|j| j.num)
     }
 
     /// What a stop starting now asks first: each running job's leader
@@ -319,6 +274,7 @@ impl Jobs {
             ppid: sp.ppid,
             sid: sp.sid,
             caller: req.caller_ident,
+            caller_job: req.caller_via.as_ref().and_then(|v| self.job_of(v)),
             deadline_ms: deadline.map(|d| millis(d.saturating_duration_since(now))),
             capture: req.capture,
             stop_signal: req.stop_signal,

@@ -14,6 +14,7 @@ pub mod intake;
 pub mod job;
 pub mod job_env;
 pub mod jobs;
+pub mod launch_request;
 pub mod ledger;
 pub mod modes;
 pub mod ownership;

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::action::Action;
 use super::config::Config;
-use super::jobs::LaunchRequest;
+use super::launch_request::LaunchRequest;
 use super::receipt::{ExecResult, Finished};
 use super::start::{prepare, RootChoice};
 use super::state_dir;

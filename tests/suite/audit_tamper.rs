@@ -916,3 +916,34 @@ fn python_recomputes_the_same_chain_and_head() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("('prev', 4)"));
 }
+
+// ---------------------------------------------------------------------------
+// caller_job: the job a nested launcher's caller belongs to.
+
+/// Job 2's `caller_job`, re-chained: naming job 1 (running, whose leader
+/// asked) verifies; naming a job that never ran is a replay mismatch.
+#[test]
+fn a_caller_job_must_name_a_running_job() {
+    let with_caller_job = |run: &str, job: &str| {
+        let log = build(&LogOpts {
+            jobs: 3,
+            ..LogOpts::closed(run)
+        });
+        let mut lines = log.lines();
+        let k = log.line_of("job_spawned", 1);
+        let to = format!(",\"caller_job\":{job},\"deadline_ms\"");
+        lines[k - 1] = replace_once(&lines[k - 1], ",\"deadline_ms\"", to.as_bytes());
+        rechain(&mut lines, "unused", k - 1);
+        write_lines(&log.path, &lines);
+        (k, verify(&log.path, &[]))
+    };
+    let (_, v) = with_caller_job("caller-job-1", "1");
+    v.expect("delete_allowed", 0, &[]);
+    let (k, v) = with_caller_job("caller-job-9", "9");
+    v.expect("tampered", 3, &[("replay_mismatch", None)]);
+    assert!(
+        v.json.to_string().contains("names job 9 as its caller's"),
+        "line {k}: {}",
+        v.json
+    );
+}

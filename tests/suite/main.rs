@@ -5,14 +5,14 @@
 //! that compiled the shared support in `common/` (and its `jsonschema`
 //! instantiations) again and linked again, ~35 s of release build per file
 //! on two cores, most of a fresh `tools/test`. Each file is a module here,
-//! so a test is named by its file: `stop::a_deaf_leader_is_killed`.
+//! so a test is named by its file: `stop::deadline_stops_the_whole_tree`.
 //!
 //! Run it inside a private PID namespace, through `tools/test`; a filter
 //! picks files or tests:
 //!
 //! ```text
 //! tools/test stop::                       # the tests of stop.rs
-//! tools/test stop:: ask:: --exact ...     # any cargo test arguments
+//! tools/test -- stop:: ask::             # several filters: after --
 //! REA_CONTAIN=none tools/test stop::      # those in none mode (SPEC 8)
 //! ```
 //!

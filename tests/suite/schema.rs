@@ -339,6 +339,7 @@ fn every_kind_events() -> Vec<Event> {
             ppid: WD.pid,
             sid: 4130,
             caller: Some(ROOT),
+            caller_job: None,
             deadline_ms: Some(200_000),
             capture: Capture::Capture,
             stop_signal: Sig::USR1,
@@ -430,7 +431,13 @@ fn every_kind_events() -> Vec<Event> {
             uid: 1000,
             ppid: WD.pid,
             sid: 4140,
-            caller: None,
+            // Asked by a descendant of job 1 (the install's launcher).
+            caller: Some(Ident {
+                pid: 4131,
+                start_time: 8_413_200,
+                uid: 1000,
+            }),
+            caller_job: Some(1),
             deadline_ms: None,
             capture: Capture::Discard,
             stop_signal: Sig::TERM,

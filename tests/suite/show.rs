@@ -136,3 +136,80 @@ fn launchers_are_named_by_the_job_that_asked() {
         assert!(l.ends_with("(asked by job 1 (install))"), "{l}");
     }
 }
+
+/// A launcher asked for from deep inside a job (a grandchild of its
+/// leader, and an orphan of its session the watchdog adopted) is recorded
+/// with that job (`caller_job`) and shown under it, not as "a pid".
+#[test]
+fn a_launcher_asked_from_deep_in_a_job_is_named_by_that_job() {
+    use common::harness::{
+        of_kind, output_within, records, skip_outside_pid_ns, verify_log, watchdog_bin, PATIENCE,
+    };
+    if skip_outside_pid_ns("launchers asked from deep in a job") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    // The leader runs a submit as its grandchild (through a shell), then
+    // double-forks an orphan that waits until the watchdog adopted it and
+    // submits too; the leader exits once the orphan is done (pipe EOF).
+    let script = r#"
+import os, subprocess, sys, time
+wd = sys.argv[1]
+subprocess.run(["/bin/sh", "-c", wd + " submit --name grandchild -- /bin/true"], check=True)
+r, w = os.pipe()
+if os.fork() == 0:
+    middle = os.getpid()
+    if os.fork() == 0:
+        os.close(r)
+        while os.getppid() == middle:
+            time.sleep(0.001)
+        subprocess.run([wd, "submit", "--name", "orphan", "--", "/bin/true"], check=True)
+        os._exit(0)
+    os._exit(0)
+os.close(w)
+os.wait()
+os.read(r, 1)
+"#;
+    let child = Command::new(watchdog_bin())
+        .args(["exec", "--audit-log"])
+        .arg(&log)
+        .args([
+            "--",
+            common::harness::python(),
+            "-c",
+            script,
+            watchdog_bin(),
+        ])
+        .env("TMPDIR", dir.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = output_within(child, PATIENCE);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let recs = records(&log);
+    let spawned = of_kind(&recs, "job_spawned");
+    assert_eq!(spawned.len(), 3, "{recs:?}");
+    assert!(
+        spawned[0]["data"].get("caller_job").is_none(),
+        "exec's own job"
+    );
+    for s in &spawned[1..] {
+        let d = &s["data"];
+        assert_eq!(d["caller_job"], 1, "{d}");
+        assert_ne!(
+            d["caller"]["pid"], spawned[0]["data"]["pid"],
+            "not the leader: {d}"
+        );
+    }
+    let (code, v) = verify_log(&log, &[]);
+    assert_eq!(code, 0, "{v:#}");
+    let got = String::from_utf8(show(&[], &log).stdout).unwrap();
+    let named: Vec<&str> = got
+        .lines()
+        .filter(|l| l.contains(" job_spawned ") && l.contains("(asked by job 1 (exec))"))
+        .collect();
+    assert_eq!(named.len(), 2, "{got}");
+}

@@ -81,6 +81,7 @@ pub fn launcher_job(job: u64, caller: Ident, watchdog_pid: i32) -> [Event; 4] {
             ppid: watchdog_pid,
             sid: pid,
             caller: Some(caller),
+            caller_job: None,
             deadline_ms: Some(60_000),
             capture: Capture::Discard,
             stop_signal: Sig::TERM,

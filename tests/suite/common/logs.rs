@@ -326,6 +326,7 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
             ppid: me.pid,
             sid: pid,
             caller: Some(caller),
+            caller_job: None,
             deadline_ms: Some(if j == 1 { 200_000 } else { 60_000 }),
             capture: if j == 1 {
                 Capture::Capture
