@@ -16,6 +16,7 @@ pub mod recover_lines;
 pub mod recover_log;
 pub mod replay;
 pub mod replay_group;
+pub mod report;
 pub mod rules;
 pub mod show;
 pub mod stage_held;

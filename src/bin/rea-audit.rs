@@ -177,6 +177,28 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Verify the log and write it as one self-contained HTML page for a
+    /// reviewer (exits as verify).
+    ///
+    /// The verdict as its banner, the run, a timeline, the process tree of
+    /// the stop, the staging inventory, every record, and the command that
+    /// re-verifies.
+    #[command(after_help = REPORT_HELP)]
+    Report {
+        /// The audit log (a watchdog's, a discard log, a recovery log).
+        log: PathBuf,
+        /// The staging directory about to be deleted, checked as verify
+        /// --staging checks it (and named in the re-verify command).
+        #[arg(long, value_name = "DIR")]
+        staging: Option<PathBuf>,
+        /// The head hash the controller pinned when the watchdog sealed the log.
+        #[arg(long, value_name = "HEX")]
+        expect_head: Option<String>,
+        /// Where to write the page (FILE.html; `-` for standard output).
+        /// Written whole to a temporary file beside it, then renamed.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: PathBuf,
+    },
     /// List every process, mount and loop device that holds a directory
     /// tree (read-only; matched by device and inode, never by path).
     #[command(after_help = HOLDERS_HELP)]
@@ -331,8 +353,55 @@ fn main() -> ExitCode {
             ExitCode::from(if scan.held() { 1 } else { 0 })
         }
         Cmd::Show { log, json } => show(&log, json),
+        Cmd::Report {
+            log,
+            staging,
+            expect_head,
+            output,
+        } => {
+            use rea::audit::report::{run, Options, Output};
+            let output = match output.as_os_str() == "-" {
+                true => Output::Stdout,
+                false => Output::File(output),
+            };
+            let opts = Options {
+                log,
+                staging,
+                expect_head,
+                output,
+            };
+            match run(&opts) {
+                Ok(code) => ExitCode::from(code as u8),
+                Err(e) => usage(&format!("{e} (no report written)")),
+            }
+        }
     }
 }
+
+const REPORT_HELP: &str = "\
+The page: verification first (the verifier verify runs for the log's
+kind), its verdict as the banner: green for delete_allowed and discarded,
+amber for retain, refused and incomplete, red for a tampered log, which is
+still drawn but marked UNTRUSTED with every reason listed. Then the run
+(id, watchdog, start, head, bounds, containment, staging), a timeline as
+inline SVG (a lane per job, launchers under the job that asked for them,
+triggers, each ask/TERM/KILL sweep with its count, the receipt), the
+process tree of the stop (who was sent what, parent links), the staging
+inventory and holder scan, the records (the first 5000), and the command
+that re-verifies the log, quoted for a shell.
+
+Self-contained: no script, no external resource (a Content Security
+Policy forbids every load), prints on paper. Every string from the log
+is escaped. Memory is bounded whatever the log's size.
+
+Exit codes: verify's for the log, the page written in each case:
+  0  delete_allowed  (a discard log: discarded)
+  1  retain          (a discard log: refused)
+  2  incomplete      torn last line or no receipt
+  3  tampered        the page is drawn, marked UNTRUSTED
+  4  error           the log cannot be read, the page cannot be written, or
+                     the command line is wrong: no page is written, and
+                     nothing half-written is left";
 
 const SHOW_HELP: &str = "\
 First lines: the log, the verdict (what `rea-audit verify LOG` says, with

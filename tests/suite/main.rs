@@ -41,6 +41,7 @@ mod parser;
 mod python_client;
 mod reconcile;
 mod recover;
+mod report;
 mod requests;
 mod schema;
 mod show;

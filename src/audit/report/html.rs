@@ -1,0 +1,156 @@
+//! Escaping, and the page around the sections.
+//!
+//! A log is attacker-influenced: a job chooses its argv, its comm, its
+//! request ids, and a hostile one would like the reviewer's browser to run
+//! `<script>` or fetch `<img src=//evil>` from the report. Every string
+//! taken from a log reaches the page through [`text`] (or [`attr`]), which
+//! makes control and bidirectional-format characters visible first (the
+//! same `\xNN` convention as `rea-audit show`, so an ESC sequence or a
+//! right-to-left override is shown, not obeyed) and then escapes the five
+//! HTML-significant characters. The page also carries a Content Security
+//! Policy that forbids every load and every script, so even an escaping
+//! bug could fetch or run nothing.
+
+use std::fmt::Write as _;
+
+use crate::audit::people;
+
+/// The policy: nothing is loaded, nothing runs; only the inline style and
+/// `data:` images (none are used) are allowed. `base-uri` and
+/// `form-action` are not covered by `default-src`, so they are named.
+pub const CSP: &str =
+    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'";
+
+/// Escapes `& < > " '` for HTML text and quoted attribute values alike
+/// (SVG inside HTML is parsed by the same HTML parser).
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + s.len() / 8);
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Bidirectional formatting characters: a comm with U+202E would show
+/// its text reversed ("Trojan Source"); they are shown as `\u{...}`.
+fn is_bidi(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A string from a log, for people: control and bidi characters visible
+/// (as `rea-audit show` prints them), then HTML-escaped.
+pub fn text(s: &str) -> String {
+    let shown = people::escape(s);
+    if !shown.chars().any(is_bidi) {
+        return esc(&shown);
+    }
+    let mut plain = String::with_capacity(shown.len() + 8);
+    for c in shown.chars() {
+        if is_bidi(c) {
+            let _ = write!(plain, "\\u{{{:x}}}", c as u32);
+        } else {
+            plain.push(c);
+        }
+    }
+    esc(&plain)
+}
+
+/// At most `max` characters of `s` (on a char edge), with `...` when cut:
+/// labels and table cells stay readable and the page stays bounded.
+pub fn cut(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// [`text`] of at most `max` characters.
+pub fn short(s: &str, max: usize) -> String {
+    text(&cut(s, max))
+}
+
+/// The page's style, inline (no external resource), with a print block:
+/// colours kept on paper, sections not split across pages where they fit,
+/// the table's header repeated on every page.
+const STYLE: &str = include_str!("style.css");
+
+/// The page up to `<body>`'s first child: charset and the policy come
+/// before anything else, the favicon is an empty `data:` URL (so a browser
+/// asks no server for `/favicon.ico`). `title` is from the log (escaped here).
+pub fn head(title: &str, body_class: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+<meta http-equiv=\"Content-Security-Policy\" content=\"{}\">\n\
+<meta name=\"referrer\" content=\"no-referrer\">\n\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+<link rel=\"icon\" href=\"data:,\">\n<title>{}</title>\n<style>\n{STYLE}</style>\n</head>\n\
+<body class=\"{}\">\n",
+        esc(CSP),
+        text(title),
+        esc(body_class)
+    )
+}
+
+/// Closes what [`head`] opened.
+pub const TAIL: &str = "</body>\n</html>\n";
+
+/// A `<section>`'s opening with its heading; `untrusted` adds the red
+/// note that what follows comes from a log that failed verification.
+pub fn section(id: &str, title: &str, untrusted: bool) -> String {
+    let mut s = format!("<section id=\"{}\">\n<h2>{}</h2>\n", esc(id), esc(title));
+    if untrusted {
+        s.push_str(
+            "<p class=\"untrusted-note\">UNTRUSTED: drawn from a log that failed \
+verification; it shows what the file says, not what happened.</p>\n",
+        );
+    }
+    s
+}
+
+/// A value in the words the log itself uses (its serde name: `exec`,
+/// `cgroup`, `deadline`), never a Rust debug name.
+pub fn word<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
+    }
+}
+
+/// One row of a two-column facts table (`value` already escaped).
+pub fn row(out: &mut String, key: &str, value: &str) {
+    let _ = writeln!(out, "<tr><th>{}</th><td>{value}</td></tr>", esc(key));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_five_characters_are_escaped() {
+        assert_eq!(
+            esc(r#"<script>alert('x')</script> & "q""#),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"
+        );
+    }
+
+    #[test]
+    fn controls_and_bidi_are_made_visible_then_escaped() {
+        assert_eq!(text("a\x1b[2J<b>"), "a\\x1b[2J&lt;b&gt;");
+        assert_eq!(text("evil\u{202e}gpj.exe"), "evil\\u{202e}gpj.exe");
+        assert_eq!(text("\"><img src=x>"), "&quot;&gt;&lt;img src=x&gt;");
+    }
+
+    #[test]
+    fn cut_keeps_char_edges() {
+        assert_eq!(cut("ééé", 2), "éé...");
+        assert_eq!(cut("ab", 2), "ab");
+    }
+}
