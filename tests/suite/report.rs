@@ -420,7 +420,9 @@ fn a_real_stopped_run_is_drawn_and_loads_nothing() {
     assert_eq!(svg.matches("data-kind=\"inner_alarm\"").count(), 1);
     // Each sweep once, with its stage and how many it signalled.
     let want = sweeps(&recs);
-    assert!(want.len() >= 2, "an ask and a TERM sweep: {want:?}");
+    // The ask reaches the three leaders; whether a TERM sweep follows
+    // depends on whether launcher-2's submit client outlived the ask.
+    assert_eq!(want.first(), Some(&("ask".to_string(), 3)), "{want:?}");
     for (stage, n) in &want {
         let mark = format!("data-kind=\"sweep\" data-stage=\"{stage}\" data-count=\"{n}\"");
         assert_eq!(svg.matches(&mark).count(), 1, "{mark} in {svg}");
@@ -536,7 +538,7 @@ time.sleep(60)
 "#;
     let run = stopped_run(
         Scratch::new(),
-        "1s",
+        "2s",
         &[
             python(),
             "-c",
