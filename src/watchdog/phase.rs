@@ -253,7 +253,7 @@ impl Phase {
     /// may be waitable).
     pub fn exited(&mut self, pid: i32) -> bool {
         if let Some(held) = self.held_mut() {
-            held.exited.push(pid);
+            held.exited.insert(pid);
         }
         true
     }

@@ -52,9 +52,12 @@ WORK = os.path.join(TARGET, "rea-bench")
 PY = sys.executable
 PEERS_APT = ["tini", "dumb-init", "catatonit", "bubblewrap", "lsof", "psmisc"]
 PEER_BINS = {"tini": "tini", "dumb-init": "dumb-init", "catatonit": "catatonit", "bwrap": "bwrap"}
-SUPS = ["none", "timeout", "tini", "dumb-init", "catatonit", "bwrap", "cgroup", "rea", "rea-none", "rea-shm"]
+SUPS = ["none", "timeout", "tini", "dumb-init", "catatonit", "bwrap", "cgroup", "askterm", "rea", "rea-none", "rea-shm"]
 CONTAINING = ["bwrap", "cgroup", "rea", "rea-none"]  # the ones whose times are compared
-REPEATED = CONTAINING + ["rea-shm"]
+# askterm: cgsup.py's --ask-then-term, the floor of rea's stop policy (the
+# ask, then SIGTERM to each member through a pidfd; no proof, no record):
+# what asking first and signalling each member costs by itself. Section 1.
+REPEATED = CONTAINING + ["rea-shm", "askterm"]
 # rea: `--contain cgroup` (the action's own cgroup v2 group, SPEC 8);
 # rea-none: `--contain none` (the pure user-space path); both log on disk.
 REA_MODES = {"rea": "cgroup", "rea-none": "none", "rea-shm": "cgroup"}
@@ -68,7 +71,7 @@ TRIGGER_TEXT = {
     "exit": "the job exits, leaving orphans",
     "deadline": "deadline",
 }
-HAS_DEADLINE = {"timeout", "cgroup", "rea", "rea-none"}
+HAS_DEADLINE = {"timeout", "cgroup", "askterm", "rea", "rea-none"}
 GRACE_MS = 500
 
 
@@ -257,6 +260,7 @@ def probe_environment(args):
             info["notes"].append(f"cgroup2 at {c}: cannot create a child group ({e})")
     if not info["cgroot"]:
         info["skipped"]["cgroup"] = "no writable cgroup v2 hierarchy (" + (", ".join(cands) or "none mounted") + ")"
+        info["skipped"]["askterm"] = info["skipped"]["cgroup"]
     vers = {}
     for name, cmd in (
         ("timeout", ["timeout", "--version"]),

@@ -274,8 +274,10 @@ def supervisor_argv(spec, job, deadline_s):
         return [b["catatonit"], "--", *job]
     if sup == "bwrap":
         return [b["bwrap"], "--dev-bind", "/", "/", "--unshare-pid", "--die-with-parent", "--", *job]
-    if sup == "cgroup":
+    if sup in ("cgroup", "askterm"):
         a = [PY, CGSUP, "--cgroot", spec["cgroot"], "--name", spec["cgname"]]
+        if sup == "askterm":
+            a += ["--ask-then-term", str(GRACE_S)]
         if deadline_s:
             a += ["--deadline", str(deadline_s), "--report", os.path.join(spec["scratch"], "cgsup.json")]
         return [*a, "--", *job]
@@ -301,7 +303,7 @@ def supervisor_argv(spec, job, deadline_s):
 
 def deadline_instant(spec, nominal):
     try:
-        if spec["sup"] == "cgroup":
+        if spec["sup"] in ("cgroup", "askterm"):
             with open(os.path.join(spec["scratch"], "cgsup.json")) as f:
                 return json.load(f)["deadline_ns"]
         if spec["sup"].startswith("rea"):

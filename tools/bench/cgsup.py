@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The cgroup v2 `cgroup.kill` reference supervisor of the benchmark.
 
-    cgsup.py --cgroot DIR --name NAME [--deadline SECONDS] [--report FILE] -- ARGV...
+    cgsup.py --cgroot DIR --name NAME [--deadline SECONDS] [--report FILE]
+             [--ask-then-term GRACE_SECONDS] -- ARGV...
 
 Creates DIR/NAME (a fresh cgroup v2 group), starts ARGV inside it, and on
 the first of: SIGTERM/SIGINT to this process (cancel), its parent's death
@@ -16,6 +17,15 @@ its deadline falls (the bench's trigger instant for the deadline trigger).
 It stays outside the group itself, so the kill never reaches it. This is the
 kernel's own limit (no TERM grace, no escape by setsid or double fork), in
 the same shape as the other supervisors.
+
+--ask-then-term GRACE: the floor of rea's stop policy instead (the bench's
+`askterm` row). On the trigger: SIGTERM to ARGV's process through its
+pidfd, and nothing else until it exited or GRACE/2 passed (SPEC 3.5's ask);
+then SIGTERM through a fresh pidfd to every member `cgroup.procs` lists,
+repeated for newcomers until `populated 0` or the grace ran out; then
+`cgroup.kill`. No identity read back, no record, no fsync, no reaping of
+anyone but ARGV: what any supervisor that asks first and signals each
+member must do, and nothing rea adds for proof.
 """
 import os
 import select
@@ -27,7 +37,7 @@ import time
 
 def main():
     args = sys.argv[1:]
-    cgroot, name, deadline, report = None, None, None, None
+    cgroot, name, deadline, report, askterm = None, None, None, None, None
     while args and args[0] != "--":
         a = args.pop(0)
         if a == "--cgroot":
@@ -38,6 +48,8 @@ def main():
             deadline = float(args.pop(0))
         elif a == "--report":
             report = args.pop(0)
+        elif a == "--ask-then-term":
+            askterm = float(args.pop(0))
         else:
             sys.exit(__doc__)
     argv = args[1:]
@@ -76,11 +88,13 @@ def main():
         ready = p.poll(left)
         if fired or ready or (until is not None and time.monotonic() >= until):
             break
-    with open(os.path.join(group, "cgroup.kill"), "w") as f:
-        f.write("1")
     ev = os.open(os.path.join(group, "cgroup.events"), os.O_RDONLY)
     q = select.poll()
     q.register(ev, select.POLLPRI)
+    if askterm is not None:
+        ask_then_term(group, jobfd, ev, q, askterm)
+    with open(os.path.join(group, "cgroup.kill"), "w") as f:
+        f.write("1")
     give_up = time.monotonic() + 10
     while time.monotonic() < give_up:
         data = os.pread(ev, 4096, 0).decode()
@@ -93,6 +107,38 @@ def main():
     except OSError as e:
         print(f"cgsup: cannot remove {group}: {e}", file=sys.stderr)
     sys.exit(0)
+
+
+def ask_then_term(group, jobfd, ev, q, grace):
+    """The ask (the leader alone, until it exits or half the grace), then
+    SIGTERM to every member through a pidfd until `populated 0` or the end
+    of the grace (see the module doc)."""
+    start = time.monotonic()
+    signal.pidfd_send_signal(jobfd, signal.SIGTERM)
+    leader = select.poll()
+    leader.register(jobfd, select.POLLIN)
+    leader.poll(int(grace / 2 * 1000))
+    termed = set()
+    procs = os.path.join(group, "cgroup.procs")
+    while time.monotonic() < start + grace:
+        with open(procs) as f:
+            pids = [int(p) for p in f.read().split()]
+        for pid in pids:
+            if pid in termed:
+                continue
+            termed.add(pid)
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                continue
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGTERM)
+            except OSError:
+                pass
+            os.close(fd)
+        if "populated 0" in os.pread(ev, 4096, 0).decode():
+            return
+        q.poll(10)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import bench  # noqa: E402
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("tool", choices=["strace-c", "strace-T", "perf", "perf-stat", "callgrind"])
+    ap.add_argument("tool", choices=["strace-c", "strace-T", "perf", "perf-stat", "perf-trace", "callgrind"])
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--trigger", default="cancel", choices=["cancel", "ctlkill", "exit"])
     ap.add_argument("--log", default="disk", choices=["disk", "tmpfs"])
@@ -48,6 +48,10 @@ def main():
         spec["attach"] = ["strace", "-tt", "-T", "-o", "{scratch}/strace.txt", "-p", "{pid}"]
     elif args.tool == "perf":
         spec["attach"] = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "20000", "-g", "-o", "{scratch}/perf.data", "-p", "{pid}"]
+    elif args.tool == "perf-trace":
+        # A timeline of syscalls with durations, at tracepoint cost (strace's
+        # ptrace stops make every call ~60 us and hide where time goes).
+        spec["attach"] = ["perf", "trace", "-T", "-o", "{scratch}/trace.txt", "-p", "{pid}"]
     elif args.tool == "perf-stat":
         # Syscall counts at full speed (tracepoints, no ptrace).
         ev = ",".join(f"syscalls:sys_enter_{c}" for c in ("waitid", "openat", "read", "pidfd_open", "ioctl", "pidfd_send_signal", "epoll_wait", "epoll_ctl", "write", "fdatasync"))
@@ -68,6 +72,8 @@ def main():
         print(open(os.path.join(d, "strace.txt")).read()[-6000:])
     elif args.tool == "perf-stat":
         print(open(os.path.join(d, "perf-stat.txt")).read())
+    elif args.tool == "perf-trace":
+        print(open(os.path.join(d, "trace.txt")).read()[:6000])
     elif args.tool == "perf":
         out = subprocess.run(
             ["perf", "report", "-i", os.path.join(d, "perf.data"), "--stdio", "--no-children", "--sort", "sym", "-g", "none", "--percent-limit", "1"],

@@ -77,7 +77,10 @@ fn contended() -> bool {
         .split_whitespace()
         .nth(3)
         .and_then(|f| f.split('/').next());
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Once: std reads the cgroup's CPU quota files (seven system calls)
+    // every time it is asked, and this is asked in every TERM sweep.
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cpus = *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     runnable
         .and_then(|r| r.parse::<usize>().ok())
         .is_some_and(|r| r > 2 * cpus + 2)
@@ -150,7 +153,16 @@ pub trait StopHost {
 #[derive(Default)]
 pub struct Held {
     pub fds: HashMap<i32, VerifiedPidFd>,
-    pub exited: Vec<i32>,
+    pub exited: HashSet<i32>,
+}
+
+impl Held {
+    /// Some process held has not been seen to exit yet. Cheap while many
+    /// are alive (fewer exits seen than processes held says so at once);
+    /// near the end, one look at each.
+    pub fn dying(&self) -> bool {
+        self.exited.len() < self.fds.len() || self.fds.keys().any(|p| !self.exited.contains(p))
+    }
 }
 
 pub enum Step {
@@ -391,21 +403,32 @@ impl Stopper {
     }
 
     /// Whether the loop should reap now: `children` says a child's exit
-    /// was just signalled. Reaping is paced ([`REAP_PACE`]); an exit
-    /// that must wait is remembered, and [`Stopper::reap_due`] says when.
+    /// was just signalled. While processes this stop signalled and holds
+    /// are still dying, the loop does not reap (each step still does, at
+    /// its instant): reaping a dying tree in rounds (a `waitid`, the
+    /// kernel's release of the task, a record, for each) takes a CPU its
+    /// members need to die, and a zombie holds nothing. Once every held
+    /// process has exited it reaps (the end may have come), paced as
+    /// always ([`REAP_PACE`]; no reap ran while they died, so the first is
+    /// at once); an exit that must wait is remembered, and
+    /// [`Stopper::reap_due`] says when.
     pub fn reap_now(&mut self, children: bool, now: Instant) -> bool {
         self.reap_wanted |= children;
-        if !self.reap_wanted || now < self.reaped_at + REAP_PACE {
-            return false;
+        match self.reap_due() {
+            Some(due) if now >= due => {
+                self.reap_wanted = false;
+                self.reaped_at = now;
+                true
+            }
+            _ => false,
         }
-        self.reap_wanted = false;
-        self.reaped_at = now;
-        true
     }
 
-    /// When a paced reap is due, if one is waiting.
+    /// When a reap is due, if one is waiting (`None` while held processes
+    /// are dying: the next step reaps).
     pub fn reap_due(&self) -> Option<Instant> {
-        self.reap_wanted.then_some(self.reaped_at + REAP_PACE)
+        let dying = !self.held.fds.is_empty() && self.held.dying();
+        (self.reap_wanted && !dying).then_some(self.reaped_at + REAP_PACE)
     }
 
     /// The ask step is under way: a leader's exit may end it.

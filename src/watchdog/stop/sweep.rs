@@ -25,9 +25,22 @@ const CUT_EVERY: usize = 16;
 /// Targets in a sweep's first record part: small, so the first signals go
 /// out after binding a few processes, not all of them.
 const FIRST_PART: usize = 32;
-/// Targets in each later part (one durable record each; far below the
-/// audit line cap).
+/// The most targets in one part (one durable record each; far below the
+/// audit line cap). Parts double from [`FIRST_PART`] up to this: the
+/// members of one part die on the other CPUs while the next is bound, so
+/// a part as long as the last one keeps them busy, and a few more
+/// records (one `fdatasync` each) cost less than CPUs left idle while
+/// 512 members wait to be bound after the first 32 have died.
 const PART: usize = 512;
+
+/// How many targets part `index` of a sweep holds at most.
+fn part_limit(index: u32) -> usize {
+    // 32 << 4 is 512: beyond that the cap, with no shift to overflow.
+    match index {
+        0..4 => FIRST_PART << index,
+        _ => PART,
+    }
+}
 /// Descriptors the stopper leaves free for everything else (the log, the
 /// FIFO, replies, a caller check), whatever the limit (SPEC 3.5
 /// "Descriptors"). The root's own stop and close need none: it is bound.
@@ -165,7 +178,7 @@ impl Stopper {
             }
             // Signal in parts as the scan goes: in a fork storm, binding
             // thousands first would leave all of them running meanwhile.
-            let limit = if part.index == 0 { FIRST_PART } else { PART };
+            let limit = part_limit(part.index);
             if part.targets.len() >= limit || (spare == 0 && !part.targets.is_empty()) {
                 self.signal_part(host, &mut part, signals);
             }
@@ -273,4 +286,15 @@ fn known(st: &Stat) -> Option<Stat> {
         return Some(st.clone());
     }
     read_stat(st.pid).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parts_double_up_to_the_cap() {
+        let limits: Vec<usize> = (0..7).map(super::part_limit).collect();
+        assert_eq!(limits, [32, 64, 128, 256, 512, 512, 512]);
+        assert_eq!(super::part_limit(63), 512);
+        assert_eq!(super::part_limit(u32::MAX), 512);
+    }
 }
