@@ -510,11 +510,12 @@ fn without_k_a_slow_command_is_waited_for() {
         return;
     }
     let t = Timeout::new();
-    let script = "import signal, sys, time\n\
-                  def slow(*_):\n    time.sleep(2); sys.exit(3)\n\
-                  signal.signal(signal.SIGTERM, slow)\n\
-                  time.sleep(60)";
-    let out = t.run(&["--preserve-status", "0.1", python(), "-c", script]);
+    // A shell, not Python: its trap is set within a millisecond or two of
+    // the start, far inside the 0.5 s (Python's start-up on a loaded box
+    // outlasted a 0.1 s timeout, and TERM killed it before its handler
+    // was set: 143). The trap runs when the current `sleep 0.05` ends.
+    let script = "trap 'sleep 2; exit 3' TERM; while :; do sleep 0.05; done";
+    let out = t.run(&["--preserve-status", "0.5", "/bin/sh", "-c", script]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     let log = &t.logs()[0];
     let (code, v) = verify_log(log, &[]);
