@@ -17,8 +17,8 @@
 use std::collections::HashMap;
 
 use super::record::{
-    Counts, Event, Ident, Outcome, Receipt, RootSource, RunStarted, Sig, SignalSweep, Stage,
-    StagingInventoried, StopCompleted, StopReason,
+    Counts, Event, Ident, JobSpawned, Outcome, Receipt, RootSource, RunStarted, Sig, SignalSweep,
+    Stage, StagingInventoried, StopCompleted, StopReason,
 };
 use super::replay_group::GroupSeen;
 use super::verdict::{Code, Reason};
@@ -211,18 +211,7 @@ impl Replay {
                     )));
                 }
                 if let Some(by) = j.caller_job {
-                    // A job's tree asked: that job was running, and the
-                    // caller was not the root controller.
-                    let root_asked = j.caller.is_some_and(|c| {
-                        self.root
-                            .is_some_and(|r| r.pid == c.pid && r.start_time == c.start_time)
-                    });
-                    if !self.open.contains_key(&by) || j.caller.is_none() || root_asked {
-                        self.push(mismatch(format!(
-                            "job {} names job {by} as its caller's, which was not a running job's process",
-                            j.job
-                        )));
-                    }
+                    self.caller_job(&j, by);
                 }
                 self.last_job = Some(j.job);
                 self.open
@@ -316,6 +305,28 @@ impl Replay {
                 self.push_problem(p);
             }
             _ => {}
+        }
+    }
+
+    /// `caller_job` names the running job whose process asked: a running
+    /// job, the caller not the root controller, and when the caller is a
+    /// running job's leader, that job.
+    fn caller_job(&mut self, j: &JobSpawned, by: u64) {
+        let is = |c: &Ident, pid: i32, st: u64| c.pid == pid && c.start_time == st;
+        let root_asked = j
+            .caller
+            .is_some_and(|c| self.root.is_some_and(|r| is(&c, r.pid, r.start_time)));
+        let led = j.caller.and_then(|c| {
+            let mut open = self.open.iter();
+            open.find(|(_, &(pid, st, _))| is(&c, pid, st))
+                .map(|(n, _)| *n)
+        });
+        let wrong = !self.open.contains_key(&by) || j.caller.is_none() || root_asked;
+        if wrong || led.is_some_and(|n| n != by) {
+            self.push(mismatch(format!(
+                "job {} names job {by} as its caller's, which was not a running job's process (or its caller leads another job)",
+                j.job
+            )));
         }
     }
 

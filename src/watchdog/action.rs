@@ -29,7 +29,7 @@ use super::reply::Replies;
 use super::sources::{Source, Sources};
 use super::start::Started;
 use super::state_dir::StateDir;
-use super::stop::{Step, Trigger};
+use super::stop::{Exits, Step, Trigger};
 use crate::audit::{record::DirIdentity, AuditWriter};
 use crate::contain::group::ActionGroup;
 use crate::process::reap::Peek;
@@ -125,15 +125,15 @@ impl Action {
                 }
                 continue;
             }
-            let mut children = false;
+            let mut exits = Exits::default();
             for ev in events.iter() {
                 let mut fx = Effects::default();
                 match self.src.source(ev.token()) {
-                    Some(Source::Signals) => children |= self.ext.on_signals(&mut fx),
+                    Some(Source::Signals) => exits.child |= self.ext.on_signals(&mut fx),
                     Some(Source::Root) => self.ext.on_root(&mut self.src, &mut fx),
                     Some(Source::Fifo) => self.intake.readable(),
-                    Some(Source::Leader(_)) => children = true,
-                    Some(Source::Exited(pid)) => children |= self.phase.exited(pid),
+                    Some(Source::Leader(_)) => (exits.child, exits.leader) = (true, true),
+                    Some(Source::Exited(pid)) => exits.child |= self.phase.exited(pid),
                     Some(s @ (Source::Output(..) | Source::Pass(_) | Source::Caller(_))) => {
                         let (src, ledger) = (&mut self.src, &mut self.ledger);
                         self.jobs.on_source(s, src, ledger, &mut fx);
@@ -153,22 +153,22 @@ impl Action {
             if self.intake.pending() {
                 self.on_fifo(); // one budget a wake-up, after the other events
             }
-            self.after_events(children, Instant::now());
+            self.after_events(exits, Instant::now());
         }
     }
 
     /// Reaping (paced while stopping), deadlines and the stop step, once per wake-up; a stop
     /// step rescans when the last one asked, an exit may end the ask, or no child is left.
-    fn after_events(&mut self, children: bool, now: Instant) {
+    fn after_events(&mut self, exits: Exits, now: Instant) {
         match &mut self.phase {
             Phase::Stopping { wake, stop, .. } => {
-                let (asking, reap) = (children && stop.asking(), stop.reap_now(children, now));
+                let (asking, reap) = (exits.child && stop.asking(), stop.reap_now(exits, now));
                 if now >= *wake || asking || (reap && self.reap().none_left(self.me.pid)) {
                     self.step_stop(now);
                 }
             }
             Phase::Finished(_) => return,
-            Phase::Running { .. } | Phase::Stopped { .. } if children => _ = self.reap(),
+            Phase::Running { .. } | Phase::Stopped { .. } if exits.child => _ = self.reap(),
             Phase::Running { .. } | Phase::Stopped { .. } => {}
         }
         let (jobs, ledger) = (&mut self.jobs, &mut self.ledger);

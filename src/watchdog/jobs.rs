@@ -107,14 +107,17 @@ impl Jobs {
     /// The running job a caller belongs to, from the watchdog's child on
     /// its ancestry (`via`): the job that child leads, or else the job
     /// whose session it is in (an orphan of that job the watchdog
-    /// adopted). Each job is its own session, so at most one matches.
+    /// adopted), only for a job that leads its own session (timeout's
+    /// `--foreground` job shares its caller's, and so may processes the
+    /// watchdog did not start).
     fn job_of(&self, via: &Stat) -> Option<u64> {
         let leads = |j: &Job| {
             let l = j.leader.proc();
             l.pid == via.pid && l.start_time == via.start_time
         };
         let job = self.running().find(|j| leads(j));
-        job.or_else(|| self.running().find(|j| j.sid == via.sid))
+        let in_session = |j: &&Job| j.sid == via.sid && j.sid == j.leader.pid();
+        job.or_else(|| self.running().find(in_session))
             .map(|j| j.num)
     }
 

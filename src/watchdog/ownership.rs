@@ -52,18 +52,24 @@ pub fn reap(jobs: &mut Jobs, ledger: &mut Ledger, mut held: Option<&mut Held>) -
         // Those seen to exit first, each through its own pidfd
         // (`waitid(P_PIDFD)` looks at that one process): the peek below
         // walks every live child before it finds a zombie, once per zombie.
+        // Each leaves `held`: it exited, nothing of it is held any more
+        // (else `Held::dying` would stay true for it).
+        // (A pid seen to exit whose fd went, and that names a new held
+        // process now, is not let go: `has_exited` asks its own fd.)
         for pid in std::mem::take(&mut held.exited) {
+            if !held.fds.get(&pid).is_some_and(|fd| fd.has_exited()) {
+                continue;
+            }
+            let Some(fd) = held.fds.remove(&pid) else {
+                continue;
+            };
             if jobs.by_leader_mut(pid).is_some() {
                 continue; // the jobs room's, with its status
             }
-            let Some(fd) = held.fds.get(&pid) else {
-                continue;
-            };
             // Not this process's child (a grandchild, reaped by its
-            // parent or back here later): the peek's.
+            // parent, or back here later): the peek's.
             if let Ok(Some(status)) = fd.try_reap() {
-                orphans.push(reaped_held(fd, status));
-                held.fds.remove(&pid);
+                orphans.push(reaped_held(&fd, status));
             }
         }
     }
@@ -309,12 +315,9 @@ impl StopHost for StopDesk<'_> {
         self.group
     }
 
-    fn watch(&mut self, fd: &VerifiedPidFd) {
-        let _ = self.src.add(
-            fd.as_fd().as_raw_fd(),
-            Source::Exited(fd.pid()),
-            Interest::READABLE,
-        );
+    fn watch(&mut self, fd: &VerifiedPidFd) -> bool {
+        let (raw, src) = (fd.as_fd().as_raw_fd(), Source::Exited(fd.pid()));
+        self.src.add(raw, src, Interest::READABLE).is_ok()
     }
 }
 

@@ -947,3 +947,29 @@ fn a_caller_job_must_name_a_running_job() {
         v.json
     );
 }
+
+/// Job 3 was asked for by job 1's leader; naming job 2 (running too) as
+/// its caller's job moves the launcher under the wrong job: tampered.
+#[test]
+fn a_caller_job_must_be_the_job_its_caller_leads() {
+    let log = build(&LogOpts {
+        jobs: 3,
+        ..LogOpts::closed("caller-job-led")
+    });
+    let mut lines = log.lines();
+    let k = log.line_of("job_spawned", 2);
+    lines[k - 1] = replace_once(
+        &lines[k - 1],
+        ",\"deadline_ms\"",
+        b",\"caller_job\":2,\"deadline_ms\"",
+    );
+    rechain(&mut lines, "unused", k - 1);
+    write_lines(&log.path, &lines);
+    let v = verify(&log.path, &[]);
+    v.expect("tampered", 3, &[("replay_mismatch", None)]);
+    assert!(
+        v.json.to_string().contains("its caller leads another job"),
+        "{}",
+        v.json
+    );
+}

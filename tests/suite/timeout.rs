@@ -612,3 +612,62 @@ fn a_signal_to_timeout_stops_even_when_s_is_only_a_probe() {
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(of_kind(log, "ask_ended")[0]["reason"], "half_grace");
 }
+
+/// Under `--foreground` the job shares its caller's session: a process the
+/// caller had started before (inherited, not the job's) that asks for a
+/// launcher is not named as job 1's (`caller_job` absent), though its
+/// session is the job's.
+#[test]
+fn an_inherited_process_asking_is_not_the_foreground_jobs() {
+    if skip_outside_pid_ns("timeout --foreground, an inherited caller") {
+        return;
+    }
+    let t = Timeout::new();
+    let (dir_fifo, done_fifo) = (t.scratch.path("dir"), t.scratch.path("done"));
+    for f in [&dir_fifo, &done_fifo] {
+        nix::unistd::mkfifo(f.as_path(), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    }
+    // The inherited process learns the state directory from the job
+    // through one FIFO, submits, and tells the job through the other.
+    let inherited = format!(
+        "import subprocess, sys\n\
+         state = open({dir:?}).read().strip()\n\
+         subprocess.run([{wd:?}, 'submit', '--state-dir', state, '--name', 'inherited', '--', '/bin/true'], check=True)\n\
+         open({done:?}, 'w').write('done')",
+        dir = dir_fifo.to_str().unwrap(),
+        done = done_fifo.to_str().unwrap(),
+        wd = watchdog_bin(),
+    );
+    let job = format!(
+        "echo \"$REA_STATE_DIR\" > {dir}; cat {done} >/dev/null",
+        dir = dir_fifo.display(),
+        done = done_fifo.display()
+    );
+    let script = format!(
+        "{py} -c \"$0\" & exec {bin} --foreground 30 /bin/sh -c \"$1\"",
+        py = python(),
+        bin = t.bin.display()
+    );
+    let out = output_within(
+        Command::new("/bin/sh")
+            .args(["-c", &script, &inherited, &job])
+            .env("TMPDIR", t.scratch.dir.path())
+            .env_remove("REA_AUDIT_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        PATIENCE,
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let log = &t.logs()[0];
+    let spawned = of_kind(log, "job_spawned");
+    assert_eq!(spawned.len(), 2, "{spawned:#?}");
+    assert_eq!(spawned[1]["name"], "inherited");
+    assert!(
+        spawned[1].get("caller_job").is_none(),
+        "an inherited process is not the job's: {:#}",
+        spawned[1]
+    );
+}

@@ -104,6 +104,9 @@ const MAX_BACKOFF: u32 = 4;
 /// at once would otherwise be reaped one child per wake-up, a record and
 /// a walk of the children each, on a CPU the dying tree needs.
 const REAP_PACE: Duration = Duration::from_millis(4);
+/// The pace while the processes a sweep signalled are dying
+/// ([`Stopper::reap_now`]).
+const REAP_DYING: Duration = Duration::from_millis(25);
 
 /// A running job's leader, asked first when a stop begins (SPEC 3.5 step
 /// 3), with the signal its request chose.
@@ -143,8 +146,12 @@ pub trait StopHost {
     }
     /// Watches a held pidfd: the loop is told when its process exits
     /// ([`Held::exited`]), so it reaps that one, with no walk of the
-    /// children. Best effort: unwatched, it is reaped by the peek.
-    fn watch(&mut self, _fd: &VerifiedPidFd) {}
+    /// children. False when it cannot be watched: it is not held then
+    /// (the census and the peek find it), for a held process whose exit
+    /// the loop is never told of would keep [`Held::dying`] true.
+    fn watch(&mut self, _fd: &VerifiedPidFd) -> bool {
+        true
+    }
 }
 
 /// The pidfds the stop procedure holds, by pid (a held process keeps its
@@ -163,6 +170,15 @@ impl Held {
     pub fn dying(&self) -> bool {
         self.exited.len() < self.fds.len() || self.fds.keys().any(|p| !self.exited.contains(p))
     }
+}
+
+/// What one wake-up of the loop saw exit.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Exits {
+    /// A child may be waitable (SIGCHLD, a leader's or a held pidfd).
+    pub child: bool,
+    /// A job's leader exited (its pidfd polled readable).
+    pub leader: bool,
 }
 
 pub enum Step {
@@ -402,33 +418,36 @@ impl Stopper {
         }
     }
 
-    /// Whether the loop should reap now: `children` says a child's exit
-    /// was just signalled. While processes this stop signalled and holds
-    /// are still dying, the loop does not reap (each step still does, at
-    /// its instant): reaping a dying tree in rounds (a `waitid`, the
-    /// kernel's release of the task, a record, for each) takes a CPU its
-    /// members need to die, and a zombie holds nothing. Once every held
-    /// process has exited it reaps (the end may have come), paced as
-    /// always ([`REAP_PACE`]; no reap ran while they died, so the first is
-    /// at once); an exit that must wait is remembered, and
-    /// [`Stopper::reap_due`] says when.
-    pub fn reap_now(&mut self, children: bool, now: Instant) -> bool {
-        self.reap_wanted |= children;
-        match self.reap_due() {
-            Some(due) if now >= due => {
-                self.reap_wanted = false;
-                self.reaped_at = now;
-                true
-            }
-            _ => false,
+    /// Whether the loop should reap now, after the wake-up's `exits`; a
+    /// leader's exit is reaped at once (its record and its requester's
+    /// reply wait on it). Reaping is
+    /// paced ([`REAP_PACE`]), and while processes this stop signalled and
+    /// holds are still dying, slower ([`REAP_DYING`]): reaping a dying tree
+    /// in rounds (a `waitid`, the kernel's release of the task, a record,
+    /// for each) takes a CPU its members need to die. A zombie keeps its
+    /// pid and counts against its uid's process limit until it is reaped,
+    /// so the wait is bounded, and it ends as soon as the last held process
+    /// exited (the end may have come). An exit that must wait is
+    /// remembered, and [`Stopper::reap_due`] says when.
+    pub fn reap_now(&mut self, exits: Exits, now: Instant) -> bool {
+        self.reap_wanted |= exits.child;
+        let due = match exits.leader {
+            true => Some(now),
+            false => self.reap_due(),
+        };
+        if due.is_none_or(|d| now < d) {
+            return false;
         }
+        self.reap_wanted = false;
+        self.reaped_at = now;
+        true
     }
 
-    /// When a reap is due, if one is waiting (`None` while held processes
-    /// are dying: the next step reaps).
+    /// When a reap is due, if one is waiting.
     pub fn reap_due(&self) -> Option<Instant> {
         let dying = !self.held.fds.is_empty() && self.held.dying();
-        (self.reap_wanted && !dying).then_some(self.reaped_at + REAP_PACE)
+        let pace = if dying { REAP_DYING } else { REAP_PACE };
+        self.reap_wanted.then_some(self.reaped_at + pace)
     }
 
     /// The ask step is under way: a leader's exit may end it.

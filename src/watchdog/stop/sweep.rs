@@ -251,9 +251,9 @@ impl Stopper {
                 Stage::Term => self.termed.insert(key),
                 Stage::Kill => self.killed.insert(key),
             };
-            // Hold it while descriptors allow (the reserve stays free).
-            if self.held.fds.len() < self.soft / 2 {
-                host.watch(&t);
+            // Hold it while descriptors allow (the reserve stays free)
+            // and the loop can be told of its exit.
+            if self.held.fds.len() < self.soft / 2 && host.watch(&t) {
                 self.held.fds.insert(key.0, t);
             }
         }
