@@ -88,6 +88,12 @@ pub fn is_recovery_log(path: &Path) -> bool {
     if f.take(MAX_LINE as u64 + 1).read_to_end(&mut first).is_err() {
         return false;
     }
+    is_recovery_start(&first)
+}
+
+/// [`is_recovery_log`] of a log whose first bytes (up to the line cap)
+/// are `first`, for a caller that reads them itself.
+pub fn is_recovery_start(first: &[u8]) -> bool {
     let line = first.split(|&b| b == b'\n').next().unwrap_or(&[]);
     serde_json::from_slice::<KindOnly>(line).is_ok_and(|k| KINDS.contains(&k.kind.as_ref()))
 }
@@ -102,28 +108,40 @@ pub struct RecoveryOptions {
 
 /// Verifies the recovery log at `path`; never fails.
 pub fn verify_recovery_file(path: &Path, opts: &RecoveryOptions) -> RecoveryVerdict {
-    let mut c = Check::default();
     let name = path.display().to_string();
-    let tail = match open_log(path) {
+    match open_log(path) {
         Err(e) => {
+            let mut c = Check::default();
             let code = match e {
                 OpenError::Io(_) => Problem::IoError,
                 OpenError::NotRegular(_) => Problem::NotARegularFile,
             };
             c.push(code, None, e.to_string());
-            return finish(c, name, Judged::default());
+            finish(c, name, Judged::default())
         }
-        Ok(f) => read_lines(f, |p| match p {
-            Piece::Line(l) => c.line(l),
-            Piece::Overlong(len) => {
-                c.lines += 1;
-                c.prev = None;
-                let n = c.lines;
-                let d = format!("{len} bytes; the cap is {MAX_LINE}");
-                c.push(Problem::Malformed, Some(n), d);
-            }
-        }),
-    };
+        Ok(f) => verify_recovery_reader(f, &name, opts),
+    }
+}
+
+/// Verifies the recovery log read from `f` (opened as [`open_log`] opens
+/// one) under the name `name`; never fails.
+pub fn verify_recovery_reader<R: Read>(
+    f: R,
+    name: &str,
+    opts: &RecoveryOptions,
+) -> RecoveryVerdict {
+    let mut c = Check::default();
+    let name = name.to_string();
+    let tail = read_lines(f, |p| match p {
+        Piece::Line(l) => c.line(l),
+        Piece::Overlong(len) => {
+            c.lines += 1;
+            c.prev = None;
+            let n = c.lines;
+            let d = format!("{len} bytes; the cap is {MAX_LINE}");
+            c.push(Problem::Malformed, Some(n), d);
+        }
+    });
     match tail {
         Err(e) => c.push(Problem::IoError, None, e.to_string()),
         Ok(Some(t)) => {

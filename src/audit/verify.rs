@@ -48,10 +48,23 @@ pub fn verify_file(path: &Path, opts: &VerifyOptions) -> Verdict {
         v.reasons.push(Reason::new(code, None, e.to_string()));
         v.finish()
     };
-    let io_error = |e: std::io::Error| refused(OpenError::Io(e));
-    let mut f = match open_log(path) {
-        Ok(f) => f,
-        Err(e) => return refused(e),
+    match open_log(path) {
+        Ok(f) => verify_reader(f, &name, opts),
+        Err(e) => refused(e),
+    }
+}
+
+/// Verifies the log read from `f` (already opened the way [`open_log`]
+/// opens one), under the name `name`: what a caller that must judge
+/// exactly the bytes it reads itself (`rea-audit report`) calls with its
+/// own descriptor. Never fails: a read error is a verdict.
+pub fn verify_reader<R: Read>(mut f: R, name: &str, opts: &VerifyOptions) -> Verdict {
+    let io_error = |e: std::io::Error| {
+        let mut v = Verdict::empty(name);
+        let e = OpenError::Io(e);
+        v.reasons
+            .push(Reason::new(Code::IoError, None, e.to_string()));
+        v.finish()
     };
     let mut c = Checker::new();
     let mut buf = vec![0u8; CHUNK];
@@ -75,7 +88,7 @@ pub fn verify_file(path: &Path, opts: &VerifyOptions) -> Verdict {
             filled = 0;
         }
     }
-    c.finish(&buf[..filled], &name, opts)
+    c.finish(&buf[..filled], name, opts)
 }
 
 /// Verifies a log held in memory (tests, tools).
