@@ -4,6 +4,7 @@
 //! every line it prints goes through [`people::escape`]: argv, comm, ids and
 //! details are chosen by jobs and never reach the terminal raw.
 
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Write};
 
 use super::people;
@@ -268,48 +269,103 @@ pub struct ShowLine {
     pub text: String,
 }
 
+/// Characters of a job's name kept to name it as the one that asked for a
+/// later job (its own record's line says it in full).
+const ASKER_NAME_KEPT: usize = 64;
+/// Running jobs remembered at once; a log with more (no watchdog writes
+/// one) names the rest by number only.
+const MAX_LEADERS: usize = 16_384;
+/// Jobs remembered after their exit, for a `caller_job` that names one
+/// (verify refuses such a log, but it is still shown).
+const MAX_EXITED: usize = 64;
+
 /// Who asked for each job, by the leaders seen so far: a nested launcher
-/// is named by the job that asked for it.
+/// is named by the job that asked for it. Bounded whatever the log's
+/// size: running leaders by (pid, start time) and by job number (at most
+/// [`MAX_LEADERS`]), names cut to [`ASKER_NAME_KEPT`] characters, a job
+/// dropped at its exit but for the last [`MAX_EXITED`] names.
 #[derive(Default)]
 pub(crate) struct Askers {
     pub(crate) root: Option<Ident>,
-    pub(crate) leaders: Vec<(Ident, u64, String)>,
+    /// A running job's leader, by (pid, start time): its job number.
+    leaders: HashMap<(i32, u64), u64>,
+    /// A running job, by number: its leader and its name (cut).
+    jobs: HashMap<u64, ((i32, u64), String)>,
+    /// Jobs that exited, most recent last: number and name (cut).
+    exited: VecDeque<(u64, String)>,
 }
 
 impl Askers {
+    /// The job whose leader is `who`, among the running ones.
+    pub(crate) fn job_led_by(&self, who: &Ident) -> Option<u64> {
+        self.leaders.get(&(who.pid, who.start_time)).copied()
+    }
+
+    /// Whether `who` is the root controller.
+    pub(crate) fn is_root(&self, who: &Ident) -> bool {
+        self.root.is_some_and(|r| same(&r, who))
+    }
+
+    fn name_of(&self, job: u64) -> Option<&str> {
+        match self.jobs.get(&job) {
+            Some((_, name)) => Some(name),
+            None => self
+                .exited
+                .iter()
+                .rev()
+                .find(|(n, _)| *n == job)
+                .map(|(_, name)| name.as_str()),
+        }
+    }
+
     pub(crate) fn note(&mut self, ev: &Event) -> Option<String> {
         match ev {
             Event::RootBound(r) => self.root = r.root,
             Event::JobSpawned(j) => {
-                let name = j.name.clone().unwrap_or_else(|| j.id.clone());
-                let job = |n: u64| match self.leaders.iter().find(|(_, job, _)| *job == n) {
-                    Some((_, job, asker)) => format!("asked by job {job} ({asker})"),
+                let job = |n: u64| match self.name_of(n) {
+                    Some(asker) => format!("asked by job {n} ({asker})"),
                     None => format!("asked by job {n}"),
                 };
                 // The job the caller belongs to, as recorded at admission
                 // (`caller_job`); a log without it names the job only when
                 // its leader itself asked.
                 let by = j.caller_job.map(job).or_else(|| {
-                    j.caller
-                        .map(|c| match self.leaders.iter().find(|(l, ..)| same(l, &c)) {
-                            Some((_, n, _)) => job(*n),
-                            None if self.root.is_some_and(|r| same(&r, &c)) => {
-                                "asked by the controller".into()
-                            }
-                            None => format!("asked by pid {} (a descendant)", c.pid),
-                        })
+                    j.caller.map(|c| match self.job_led_by(&c) {
+                        Some(n) => job(n),
+                        None if self.is_root(&c) => "asked by the controller".into(),
+                        None => format!("asked by pid {} (a descendant)", c.pid),
+                    })
                 });
-                let me = Ident {
-                    pid: j.pid,
-                    start_time: j.start_time,
-                    uid: j.uid,
-                };
-                self.leaders.push((me, j.job, name));
+                let key = (j.pid, j.start_time);
+                if self.jobs.len() < MAX_LEADERS && !self.jobs.contains_key(&j.job) {
+                    let name = cut(j.name.as_deref().unwrap_or(&j.id), ASKER_NAME_KEPT);
+                    self.leaders.entry(key).or_insert(j.job);
+                    self.jobs.insert(j.job, (key, name));
+                }
                 return by;
+            }
+            Event::JobExited(j) => {
+                if let Some((key, name)) = self.jobs.remove(&j.job) {
+                    if self.leaders.get(&key) == Some(&j.job) {
+                        self.leaders.remove(&key);
+                    }
+                    if self.exited.len() >= MAX_EXITED {
+                        self.exited.pop_front();
+                    }
+                    self.exited.push_back((j.job, name));
+                }
             }
             _ => {}
         }
         None
+    }
+}
+
+/// At most `max` characters of `s`, with `...` when cut.
+fn cut(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
     }
 }
 

@@ -701,3 +701,5 @@ fn a_huge_log_makes_a_bounded_page() {
     assert_eq!(svg.matches("<g class=\"lane\"").count(), 200);
     assert!(page.contains("2800 more job(s) not drawn"));
 }
+
+mod memory;

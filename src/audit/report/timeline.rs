@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use super::html::cut;
 use crate::audit::record::{Event, JobSpawned, Stage, Status};
-use crate::audit::show::{same, Askers};
+use crate::audit::show::Askers;
 
 pub const MAX_LANES: usize = 200;
 pub const MAX_LANE_MARKS: usize = 32;
@@ -129,10 +129,10 @@ fn asker_of(askers: &Askers, j: &JobSpawned) -> Asker {
     let Some(c) = j.caller else {
         return Asker::Unknown;
     };
-    if let Some((_, job, _)) = askers.leaders.iter().find(|(l, ..)| same(l, &c)) {
-        return Asker::Job(*job);
+    if let Some(job) = askers.job_led_by(&c) {
+        return Asker::Job(job);
     }
-    if askers.root.is_some_and(|r| same(&r, &c)) {
+    if askers.is_root(&c) {
         return Asker::Controller;
     }
     Asker::Descendant(c.pid)

@@ -1,0 +1,101 @@
+//! Memory is bounded by the line cap and the drawings' caps, never by the
+//! log (review of issue 13, item 5): the askers of `show` (who asked for
+//! a job, used by the timeline and the table) kept every job's full name
+//! in a list searched from the start for each job.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common;
+use common::counted::{launcher_job, CountedLog};
+use common::harness::*;
+use rea::audit::record::*;
+
+fn start(me: Ident) -> Event {
+    Event::RunStarted(RunStarted {
+        version: "test".into(),
+        mode: Mode::Run,
+        watchdog: me,
+        state_dir: "/run/rea/busy".into(),
+        bounds: Bounds {
+            action_deadline_ms: None,
+            term_grace_ms: 500,
+            kill_bound_ms: 3000,
+            output_cap: None,
+            ask: Default::default(),
+        },
+        staging: None,
+        pass_env: vec![],
+        handover: None,
+    })
+}
+
+/// A log of `jobs` launcher jobs (four records each, after run_started);
+/// `name` gives a job its name.
+pub(super) fn busy_log(dir: &Path, jobs: u64, name: impl Fn(u64) -> String) -> PathBuf {
+    let path = dir.join("busy.jsonl");
+    let mut log = CountedLog::create(&path, "busy-1", false);
+    let me = Ident {
+        pid: 4242,
+        start_time: 1_000_000,
+        uid: uid(),
+    };
+    let root = Ident {
+        pid: 4000,
+        start_time: 999_000,
+        uid: uid(),
+    };
+    log.put(&start(me));
+    for job in 1..=jobs {
+        let mut evs = launcher_job(job, root, me.pid);
+        if let Event::JobSpawned(j) = &mut evs[1] {
+            j.name = Some(name(job));
+        }
+        for ev in &evs {
+            log.put(ev);
+        }
+    }
+    drop(log);
+    path
+}
+
+/// `rea-audit report LOG -o OUT`: its exit status and its peak resident
+/// set (KiB), from wait4 of that very child (which reaps it: clippy does
+/// not know wait4).
+#[allow(clippy::zombie_processes)]
+fn peak_rss(log: &Path, out: &Path) -> (i32, i64) {
+    let child = Command::new(audit_bin())
+        .arg("report")
+        .arg(log)
+        .arg("-o")
+        .arg(out)
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid value for wait4 to fill.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: pid is our own child, not waited for elsewhere.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+    assert!(libc::WIFEXITED(status), "status {status:#x}");
+    (libc::WEXITSTATUS(status), ru.ru_maxrss)
+}
+
+/// 100 jobs named with 500 KB each (a 50 MB log): the report held every
+/// name in full, twice (the timeline's and the table's askers), 105 MB.
+/// Memory is bounded by the line cap (1 MiB) and the drawings' caps.
+#[test]
+fn long_job_names_do_not_grow_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = busy_log(dir.path(), 100, |j| format!("{j}-{}", "n".repeat(500_000)));
+    let size = std::fs::metadata(&log).unwrap().len();
+    assert!(size > 50_000_000, "{size}");
+    let (code, kib) = peak_rss(&log, &dir.path().join("busy.html"));
+    assert!(code < 4, "{code}");
+    eprintln!("report: peak RSS {kib} KiB for a {size}-byte log");
+    assert!(
+        kib < 40 * 1024,
+        "peak RSS {kib} KiB for a {size}-byte log: bounded by the line cap, not the names"
+    );
+}
