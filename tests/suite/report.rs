@@ -702,4 +702,5 @@ fn a_huge_log_makes_a_bounded_page() {
     assert!(page.contains("2800 more job(s) not drawn"));
 }
 
+mod command;
 mod memory;

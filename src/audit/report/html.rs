@@ -4,9 +4,10 @@
 //! request ids, and a hostile one would like the reviewer's browser to run
 //! `<script>` or fetch `<img src=//evil>` from the report. Every string
 //! taken from a log reaches the page through [`text`] (or [`attr`]), which
-//! makes control and bidirectional-format characters visible first (the
-//! same `\xNN` convention as `rea-audit show`, so an ESC sequence or a
-//! right-to-left override is shown, not obeyed) and then escapes the five
+//! makes control, bidirectional-format and other invisible characters
+//! visible first (the same `\xNN` convention as `rea-audit show`, so an ESC
+//! sequence, a right-to-left override or a zero-width space is shown, not
+//! obeyed) and then escapes the five
 //! HTML-significant characters. The page also carries a Content Security
 //! Policy that forbids every load and every script, so even an escaping
 //! bug could fetch or run nothing.
@@ -38,22 +39,44 @@ pub fn esc(s: &str) -> String {
     out
 }
 
-/// Bidirectional formatting characters: a comm with U+202E would show
-/// its text reversed ("Trojan Source"); they are shown as `\u{...}`.
-fn is_bidi(c: char) -> bool {
-    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+/// Characters that change how text reads without showing themselves, the
+/// one list the page ([`text`]) and the re-verify command (`quote`) make
+/// visible: bidirectional marks, embeddings, overrides and isolates (a
+/// comm with U+202E shows its text reversed, "Trojan Source"; U+061C is
+/// Arabic's mark), zero-width spaces and joiners, the word joiner and the
+/// invisible operators, the line and paragraph separators (a line break
+/// inside a `<pre>` command), the soft hyphen, the Mongolian vowel
+/// separator, the deprecated format controls, the BOM (zero-width
+/// no-break space), the interlinear annotation controls and the tag
+/// characters. C0, DEL and C1 controls are handled where each is escaped.
+pub fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{ad}'
+            | '\u{61c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+            | '\u{e0001}'
+            | '\u{e0020}'..='\u{e007f}'
+    )
 }
 
-/// A string from a log, for people: control and bidi characters visible
-/// (as `rea-audit show` prints them), then HTML-escaped.
+/// A string from a log, for people: control and invisible characters
+/// visible (controls as `rea-audit show` prints them, the rest as
+/// `\u{...}`), then HTML-escaped.
 pub fn text(s: &str) -> String {
     let shown = people::escape(s);
-    if !shown.chars().any(is_bidi) {
+    if !shown.chars().any(is_invisible) {
         return esc(&shown);
     }
     let mut plain = String::with_capacity(shown.len() + 8);
     for c in shown.chars() {
-        if is_bidi(c) {
+        if is_invisible(c) {
             let _ = write!(plain, "\\u{{{:x}}}", c as u32);
         } else {
             plain.push(c);
@@ -146,6 +169,20 @@ mod tests {
         assert_eq!(text("a\x1b[2J<b>"), "a\\x1b[2J&lt;b&gt;");
         assert_eq!(text("evil\u{202e}gpj.exe"), "evil\\u{202e}gpj.exe");
         assert_eq!(text("\"><img src=x>"), "&quot;&gt;&lt;img src=x&gt;");
+    }
+
+    /// Every character that changes how text reads without showing itself
+    /// (bidi marks and controls, zero-width ones, separators, the BOM).
+    #[test]
+    fn invisible_characters_are_made_visible() {
+        for c in [
+            '\u{61c}', '\u{200b}', '\u{200c}', '\u{200d}', '\u{200e}', '\u{200f}', '\u{2028}',
+            '\u{2029}', '\u{202a}', '\u{202e}', '\u{2060}', '\u{2061}', '\u{2062}', '\u{2063}',
+            '\u{2064}', '\u{2066}', '\u{2069}', '\u{feff}',
+        ] {
+            let shown = text(&format!("a{c}b"));
+            assert_eq!(shown, format!("a\\u{{{:x}}}b", c as u32), "{:x}", c as u32);
+        }
     }
 
     #[test]

@@ -1,19 +1,20 @@
 //! The command that re-verifies the log, with the actual values, quoted
 //! for a POSIX shell so that it can be pasted as it is: a path with a
 //! space or a quote in single quotes, one with control characters,
-//! bidirectional formatting characters or bytes that are not UTF-8 in
+//! invisible ones (`html::is_invisible`: bidirectional formatting,
+//! zero-width, separators, the BOM) or bytes that are not UTF-8 in
 //! `$'...'` with `\xNN` (bash, zsh, ksh and POSIX.1-2024 sh), never raw.
 
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn plain(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"_@%+=:,./-".contains(&b)
 }
 
+/// Controls (C0, DEL, C1) and the page's list of invisible characters.
 fn needs_dollar(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    c.is_control() || super::html::is_invisible(c)
 }
 
 /// `s` as one shell word.
@@ -57,15 +58,29 @@ pub fn quote(s: &[u8]) -> String {
     }
 }
 
-/// `rea-audit verify LOG [--expect-head HEAD] [--staging DIR]`.
+/// `p` as an absolute path that means the same from any directory: the
+/// canonical path (links resolved), or, where that cannot be had (gone
+/// since), `p` joined to the current directory.
+pub fn absolute(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p)
+        .or_else(|_| std::path::absolute(p))
+        .unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// `rea-audit verify [--expect-head HEAD] [--staging DIR] -- LOG`, pasteable
+/// from any directory: the paths absolute ([`absolute`]), the log after
+/// `--` so that no name is taken for an option.
 pub fn command(log: &Path, head: Option<&str>, staging: Option<&Path>) -> String {
-    let mut c = format!("rea-audit verify {}", quote(log.as_os_str().as_bytes()));
+    let mut c = String::from("rea-audit verify");
     if let Some(h) = head {
         c.push_str(&format!(" --expect-head {}", quote(h.as_bytes())));
     }
     if let Some(s) = staging {
+        let s = absolute(s);
         c.push_str(&format!(" --staging {}", quote(s.as_os_str().as_bytes())));
     }
+    let log = absolute(log);
+    c.push_str(&format!(" -- {}", quote(log.as_os_str().as_bytes())));
     c
 }
 
@@ -81,5 +96,22 @@ mod tests {
         assert_eq!(quote(b"\xff'"), "$'\\xff\\''");
         assert_eq!(quote("x\u{202e}y".as_bytes()), "$'x\\xe2\\x80\\xaey'");
         assert_eq!(quote(b""), "''");
+    }
+
+    #[test]
+    fn invisible_characters_are_escaped() {
+        for c in [
+            '\u{61c}', '\u{200b}', '\u{200c}', '\u{200d}', '\u{200e}', '\u{2028}', '\u{2029}',
+            '\u{202e}', '\u{2060}', '\u{2061}', '\u{2062}', '\u{2063}', '\u{2064}', '\u{2066}',
+            '\u{feff}',
+        ] {
+            let mut want = String::from("$'a");
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                want.push_str(&format!("\\x{b:02x}"));
+            }
+            want.push_str("b'");
+            assert_eq!(quote(format!("a{c}b").as_bytes()), want, "{:x}", c as u32);
+        }
     }
 }
