@@ -30,9 +30,12 @@ pub struct Window {
 }
 
 impl Window {
+    /// The x of time `t`, kept inside the plot. Never panics: a window
+    /// given backwards (`from` > `to`) is read as empty at `from`.
     fn x(&self, t: u64) -> f64 {
-        let span = self.to.saturating_sub(self.from).max(1) as f64;
-        let t = t.clamp(self.from, self.to);
+        let to = self.to.max(self.from);
+        let span = (to - self.from).max(1) as f64;
+        let t = t.max(self.from).min(to);
         X0 + (t - self.from) as f64 * PLOT / span
     }
 }
@@ -368,6 +371,22 @@ pub fn legend() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_window_near_the_end_of_u64_or_backwards_does_not_panic() {
+        let w = Window {
+            from: u64::MAX - 10,
+            to: 5,
+        };
+        assert_eq!(w.x(0), X0);
+        assert_eq!(w.x(u64::MAX), X0);
+        let w = Window {
+            from: u64::MAX - 10,
+            to: u64::MAX,
+        };
+        assert_eq!(w.x(u64::MAX), X0 + PLOT);
+        assert_eq!(w.x(0), X0);
+    }
 
     #[test]
     fn ticks_are_round() {
