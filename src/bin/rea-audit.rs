@@ -194,8 +194,9 @@ enum Cmd {
         /// The head hash the controller pinned when the watchdog sealed the log.
         #[arg(long, value_name = "HEX")]
         expect_head: Option<String>,
-        /// Where to write the page (FILE.html; `-` for standard output).
-        /// Written whole to a temporary file beside it, then renamed.
+        /// Where to write the page (FILE.html; `-` or /dev/stdout for
+        /// standard output). Written whole to a temporary file beside it,
+        /// then renamed; an existing FIFO or device is written to instead.
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: PathBuf,
     },
@@ -372,7 +373,8 @@ fn main() -> ExitCode {
             };
             match run(&opts) {
                 Ok(code) => ExitCode::from(code as u8),
-                Err(e) => usage(&format!("{e} (no report written)")),
+                // Says whether no page was written or one was cut short.
+                Err(e) => usage(&e.to_string()),
             }
         }
     }
@@ -394,14 +396,23 @@ Self-contained: no script, no external resource (a Content Security
 Policy forbids every load), prints on paper. Every string from the log
 is escaped. Memory is bounded whatever the log's size.
 
+The log is opened once and read through that descriptor only: verify
+judges exactly the bytes that are drawn. If the readings differ, or the
+file changes or is replaced while it is read, the page says LOG CHANGED
+WHILE READ, draws nothing from the log, and the exit status is 3.
+
 Exit codes: verify's for the log, the page written in each case:
   0  delete_allowed  (a discard log: discarded)
   1  retain          (a discard log: refused)
   2  incomplete      torn last line or no receipt
-  3  tampered        the page is drawn, marked UNTRUSTED
+  3  tampered        the page is drawn, marked UNTRUSTED; or the log changed
+                     while read (the page says so, nothing of it drawn)
   4  error           the log cannot be read, the page cannot be written, or
-                     the command line is wrong: no page is written, and
-                     nothing half-written is left";
+                     the command line is wrong (-o a directory, or inside
+                     --staging): no page is written, and nothing
+                     half-written is left; except that a stream that stops
+                     reading (-o - | head) has the page's beginning, and
+                     the message says the page was cut short";
 
 const SHOW_HELP: &str = "\
 First lines: the log, the verdict (what `rea-audit verify LOG` says, with

@@ -702,5 +702,8 @@ fn a_huge_log_makes_a_bounded_page() {
     assert!(page.contains("2800 more job(s) not drawn"));
 }
 
+mod args;
+mod bounds;
 mod command;
 mod memory;
+mod race;

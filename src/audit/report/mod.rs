@@ -6,16 +6,21 @@
 //! untrusted throughout. Then the run, the timeline (inline SVG), the
 //! process tree of the stop, the staging inventory, every record, and the
 //! command that re-verifies. The log is read the way every command reads
-//! one (`open_log`: `O_NONBLOCK`, a regular file or nothing), in one
-//! streamed pass for the drawings and a second over the same descriptor
-//! for the table: memory is bounded by the line cap and the drawings'
-//! caps, never by the log's size. The page goes to a temporary file beside
-//! the output and is renamed over it only when whole.
+//! one (`open_log`: `O_NONBLOCK`, a regular file or nothing), through that
+//! one descriptor only (`source`): verify reads it, a second pass gathers
+//! the drawings, a third streams the table, and the page is trusted only
+//! when all three read the same bytes and the file did not change; else
+//! the page says the log changed while read and nothing of it is drawn
+//! (exit status 3). Memory is bounded by the line cap and the drawings'
+//! caps, never by the log's size. The page is made whole before it goes
+//! anywhere (`output`): renamed over the output, or copied to a stream.
 
 mod html;
 mod identity;
+mod output;
 mod quote;
 mod records;
+mod source;
 mod staging;
 mod svg;
 mod timeline;
@@ -23,14 +28,13 @@ mod tree;
 mod verdict;
 
 use std::fmt::Write as _;
-use std::fs::File;
-use std::io::{self, Seek, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
 
 use sha2::{Digest, Sha256};
 
-use crate::audit::reader::{open_log, parse_line, read_lines, Piece};
+use crate::audit::reader::{parse_line, read_lines, Piece};
 
 use html::{esc, section, text};
 use verdict::{Checked, LogKind};
@@ -50,7 +54,8 @@ pub struct Options {
     pub output: Output,
 }
 
-/// Why no page was written (exit status 4, as verify's error).
+/// Why no page was written, or not all of it (exit status 4, as verify's
+/// error).
 #[derive(Debug)]
 pub enum Failure {
     /// The command line does not make sense (said before anything is read).
@@ -59,17 +64,23 @@ pub enum Failure {
     Read(String),
     /// The page could not be written (nothing is left half-written).
     Write(String),
+    /// A stream stopped taking the page part way (`-o - | head`): what it
+    /// got is the page's beginning, cut short.
+    Partial(String),
 }
 
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failure::Usage(m) | Failure::Read(m) | Failure::Write(m) => f.write_str(m),
+            Failure::Usage(m) | Failure::Read(m) | Failure::Write(m) => {
+                write!(f, "{m} (no report written)")
+            }
+            Failure::Partial(m) => f.write_str(m),
         }
     }
 }
 
-/// Everything the first pass gathers.
+/// Everything the drawings' pass gathers.
 #[derive(Default)]
 struct Facts {
     identity: identity::Identity,
@@ -80,12 +91,14 @@ struct Facts {
     /// last line, which is never held whole).
     last_hash: Option<String>,
     lines: u64,
+    /// Bytes after the last newline (the table shows them as a row).
+    torn: bool,
 }
 
-fn gather(f: &File) -> io::Result<Facts> {
+fn gather<R: Read>(r: R) -> io::Result<Facts> {
     let mut facts = Facts::default();
     let mut t0 = None;
-    read_lines(f, |piece| {
+    let tail = read_lines(r, |piece| {
         facts.lines += 1;
         let line = match piece {
             Piece::Line(l) => l,
@@ -104,18 +117,36 @@ fn gather(f: &File) -> io::Result<Facts> {
         facts.tree.note(&rec.event);
         facts.staging.note(&rec.event);
     })?;
+    facts.torn = tail.is_some();
     Ok(facts)
 }
 
-/// Whether the first pass read what verify read: the same number of
-/// complete lines ending on the same head. `Some(why)` when not.
-fn changed(c: &Checked, facts: &Facts) -> Option<String> {
+/// Rows of the table (`#line-N` anchors exist for N up to this).
+fn rows(facts: &Facts) -> u64 {
+    (facts.lines + u64::from(facts.torn)).min(records::MAX_ROWS)
+}
+
+/// Whether the drawings' reading agrees with what verify said of its own:
+/// its head and, for a log it did not find tampered, its count of lines.
+/// (Both passes' bytes are compared in full by `source`; this is the
+/// verdict's own word against them.) `Some(why)` when not.
+fn disagrees(c: &Checked, facts: &Facts, verify_newlines: Option<u64>) -> Option<String> {
     let lines = c.verdict["records"].as_u64();
     match (c.head(), facts.last_hash.as_deref()) {
-        (Some(v), Some(mine)) if v != mine => Some(format!(
-            "verify's head {v}, the report's reading ends on {mine}"
+        (Some(v), Some(mine)) if v != mine => {
+            return Some(format!(
+                "verify's head {v}, the report's reading ends on {mine}"
+            ))
+        }
+        (None, Some(_)) if lines == Some(0) => {
+            return Some("verify read no line, the report did".into())
+        }
+        _ => {}
+    }
+    match (lines, verify_newlines) {
+        (Some(n), Some(read)) if !c.tampered() && n != read => Some(format!(
+            "verify counted {n} records in {read} lines it read"
         )),
-        (None, Some(_)) if lines == Some(0) => Some("verify read no line, the report did".into()),
         _ => None,
     }
 }
@@ -127,23 +158,31 @@ fn not_watchdog(kind: LogKind) -> String {
     )
 }
 
+/// The line under the title: which report, of which log, when.
+fn made(opts: &Options) -> String {
+    format!(
+        "<p class=\"note\">rea-audit report {} of <code>{}</code>, made {} (UTC). The verdict below is <code>rea-audit verify</code>'s; everything else is what the log says.</p>\n",
+        env!("CARGO_PKG_VERSION"),
+        text(&opts.log.display().to_string()),
+        chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ")
+    )
+}
+
 /// The page before the table: banner, run, timeline, tree, staging.
 fn top(opts: &Options, c: &Checked, facts: &Facts) -> String {
-    let untrusted = c.tampered() || changed(c, facts).is_some();
+    let untrusted = c.tampered();
     let run = c.run().or(facts.identity.run()).unwrap_or("unknown run");
     let mut s = html::head(
         &format!("rea report: {run}"),
         if untrusted { "untrusted" } else { "trusted" },
     );
     let log = opts.log.display().to_string();
-    let _ = writeln!(
-        s,
-        "<p class=\"note\">rea-audit report {} of <code>{}</code>, made {} (UTC). The verdict below is <code>rea-audit verify</code>'s; everything else is what the log says.</p>",
-        env!("CARGO_PKG_VERSION"),
-        text(&log),
-        chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ")
-    );
-    s.push_str(&verdict::banner(c, changed(c, facts).as_deref()));
+    s.push_str(&made(opts));
+    let cx = verdict::Context {
+        pinned: opts.expect_head.is_some(),
+        rows: rows(facts),
+    };
+    s.push_str(&verdict::banner(c, &cx));
     s.push_str(&section("run", "The run", untrusted));
     s.push_str(&facts.identity.render(c, &log));
     s.push_str("</section>\n");
@@ -175,7 +214,7 @@ fn timeline_section(t: &timeline::Timeline) -> String {
     let end = t.end.max(1_000_000);
     let whole = svg::Window {
         from: 0,
-        to: end + end / 8,
+        to: end.saturating_add(end / 8),
     };
     s.push_str("<figure class=\"svgwrap\">\n");
     s.push_str(&svg::draw(t, whole, "timeline", "the whole run"));
@@ -186,7 +225,10 @@ fn timeline_section(t: &timeline::Timeline) -> String {
             let pad = (stop / 20).max(100_000);
             let w = svg::Window {
                 from: at.saturating_sub(pad),
-                to: t.end + pad + (stop + 2 * pad) / 8,
+                to: t
+                    .end
+                    .saturating_add(pad)
+                    .saturating_add(stop.saturating_add(pad.saturating_mul(2)) / 8),
             };
             s.push_str("<figure class=\"svgwrap\">\n");
             s.push_str(&svg::draw(t, w, "timeline-stop", "the stop, close up"));
@@ -222,12 +264,11 @@ fn timeline_section(t: &timeline::Timeline) -> String {
     s
 }
 
-/// The end of the page: the command that re-verifies.
-fn bottom(opts: &Options, c: &Checked) -> String {
-    let head = opts.expect_head.as_deref().or(c.head());
+/// The section with the command that re-verifies (`head`: the one to
+/// pin, when there is one to give).
+fn reverify(opts: &Options, head: Option<&str>) -> String {
     let cmd = quote::command(&opts.log, head, opts.staging.as_deref());
-    let mut s = String::from("</section>\n");
-    s.push_str(&section("reverify", "Verify it yourself", false));
+    let mut s = section("reverify", "Verify it yourself", false);
     let _ = writeln!(s, "<pre id=\"reverify-command\">{}</pre>", esc(&cmd));
     s.push_str(
         "<p class=\"note\">Exit status 0 is delete_allowed (the stage may be deleted), 1 retain, \
@@ -235,58 +276,59 @@ fn bottom(opts: &Options, c: &Checked) -> String {
     );
     if opts.expect_head.is_some() {
         s.push_str("The head is the one this report was asked to expect.");
-    } else {
+    } else if head.is_some() {
         s.push_str(
             "The head is the log's own as read now: pin the head the watchdog printed when it \
 sealed the log instead, where you have it; only a pinned head detects a log cut short and re-chained.",
         );
+    } else {
+        s.push_str(
+            "Pin the head the watchdog printed when it sealed the log (--expect-head): only a \
+pinned head detects a log cut short and re-chained.",
+        );
     }
     s.push_str("</p>\n</section>\n");
+    s
+}
+
+/// The whole page for a log that changed while it was read: the banner
+/// that says so, and the command; nothing drawn from the log.
+fn changed_page(opts: &Options, why: &str) -> String {
+    let mut s = html::head("rea report: the log changed while read", "untrusted");
+    s.push_str(&made(opts));
+    s.push_str(&verdict::changed_banner(why));
+    s.push_str(&reverify(opts, opts.expect_head.as_deref()));
     s.push_str(html::TAIL);
     s
 }
 
+/// The page from the banner to the end; the table is the log's third
+/// pass. `Err`: the page (or the log) could not be written (or read).
 fn write_page<W: Write>(
     out: &mut W,
     opts: &Options,
     c: &Checked,
     facts: &Facts,
-    f: &File,
-) -> io::Result<()> {
-    out.write_all(top(opts, c, facts).as_bytes())?;
+    log: &mut source::Log,
+) -> Result<(), Failure> {
+    let name = crate::audit::people::escape(&opts.log.display().to_string());
+    let failed = |e: io::Error| Failure::Write(format!("the page: {e}"));
+    out.write_all(top(opts, c, facts).as_bytes())
+        .map_err(failed)?;
     let flagged: Vec<u64> = c.reasons().iter().filter_map(|r| r.1).take(64).collect();
-    let mut f = f;
-    f.rewind()?;
-    records::write_table(f, out, &flagged)?;
-    out.write_all(bottom(opts, c).as_bytes())?;
-    out.flush()
+    log.pass(|r| records::write_table(r, out, &flagged))
+        .map_err(|e| Failure::Read(format!("{name}: {e}")))?
+        .map_err(failed)?;
+    out.write_all(b"</section>\n").map_err(failed)?;
+    let head = opts.expect_head.as_deref().or(c.head());
+    out.write_all(reverify(opts, head).as_bytes())
+        .map_err(failed)?;
+    out.write_all(html::TAIL.as_bytes()).map_err(failed)?;
+    out.flush().map_err(failed)
 }
 
-/// A temporary file beside `out`, private to this run of the command.
-fn temp_beside(out: &Path, mode: u32) -> Result<(PathBuf, File), Failure> {
-    let dir = match out.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let tmp = dir.join(format!(".{name}.{}.{nanos}.tmp", std::process::id()));
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&tmp)
-        .map_err(|e| Failure::Write(format!("{}: {e}", tmp.display())))?;
-    Ok((tmp, f))
-}
-
-/// Makes the report; `Ok` is verify's exit status for the log.
+/// Makes the report; `Ok` is verify's exit status for the log (3 when the
+/// log changed while it was read).
 pub fn run(opts: &Options) -> Result<i32, Failure> {
     if let Some(h) = &opts.expect_head {
         if !crate::audit::chain::is_digest(h) {
@@ -296,63 +338,56 @@ pub fn run(opts: &Options) -> Result<i32, Failure> {
         }
     }
     let name = crate::audit::people::escape(&opts.log.display().to_string());
-    let f = open_log(&opts.log).map_err(|e| Failure::Read(format!("{name}: {e}")))?;
-    let log_meta = f
-        .metadata()
-        .map_err(|e| Failure::Read(format!("{name}: {e}")))?;
-    if let Output::File(out) = &opts.output {
-        // Renaming over the log would destroy the evidence.
-        if let Ok(m) = std::fs::metadata(out) {
-            if m.dev() == log_meta.dev() && m.ino() == log_meta.ino() {
-                return Err(Failure::Usage(
-                    "-o names the log itself: the report is written beside it, never over it"
-                        .into(),
-                ));
-            }
-            if m.is_dir() {
-                return Err(Failure::Usage(format!(
-                    "-o {}: is a directory",
-                    crate::audit::people::escape(&out.display().to_string())
-                )));
-            }
-        }
-    }
-    let c = verdict::check(
-        &opts.log,
-        opts.staging.as_ref(),
-        opts.expect_head.as_deref(),
-    )
-    .map_err(Failure::Usage)?;
+    let read_failed = |e: &dyn std::fmt::Display| Failure::Read(format!("{name}: {e}"));
+    let mut log = source::Log::open(&opts.log).map_err(|e| read_failed(&e))?;
+    let target = output::Target::resolve(&opts.output, opts.staging.as_deref())?;
+    target.refuse_log(log.meta())?;
+    // Pass 1: verify, on this descriptor's bytes.
+    let first = log.start().map_err(|e| read_failed(&e))?;
+    let shown = opts.log.display().to_string();
+    let c = log
+        .pass(|r| {
+            verdict::check(
+                r,
+                &first,
+                &shown,
+                opts.staging.as_ref(),
+                opts.expect_head.as_deref(),
+            )
+        })
+        .map_err(|e| read_failed(&e))?
+        .map_err(Failure::Usage)?;
     if c.exit_code() == 4 {
         let why: Vec<String> = c.reasons().into_iter().map(|r| r.2).collect();
         return Err(Failure::Read(format!("{name}: {}", why.join("; "))));
     }
-    let facts = gather(&f).map_err(|e| Failure::Read(format!("{name}: {e}")))?;
-    let code = c.exit_code();
-    match &opts.output {
-        Output::Stdout => {
-            let stdout = io::stdout();
-            let mut out = io::BufWriter::new(stdout.lock());
-            write_page(&mut out, opts, &c, &facts, &f)
-                .map_err(|e| Failure::Write(format!("standard output: {e}")))?;
-        }
-        Output::File(path) => {
-            // No wider permissions than the log's own: the page tells what it tells.
-            let mode = (log_meta.permissions().mode() & 0o666) | 0o600;
-            let (tmp, file) = temp_beside(path, mode)?;
-            let mut out = io::BufWriter::new(file);
-            let done = write_page(&mut out, opts, &c, &facts, &f)
-                .and_then(|()| out.into_inner().map_err(|e| e.into_error()))
-                .and_then(|file| file.sync_all())
-                .and_then(|()| std::fs::rename(&tmp, path));
-            if let Err(e) = done {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(Failure::Write(format!(
-                    "{}: {e}",
-                    crate::audit::people::escape(&path.display().to_string())
-                )));
-            }
+    // Pass 2: the drawings.
+    let facts = log
+        .pass(|r| gather(r))
+        .map_err(|e| read_failed(&e))?
+        .map_err(|e| read_failed(&e))?;
+    let verify_newlines = log.first().map(|p| p.newlines);
+    let mut changed = log
+        .changed()
+        .or_else(|| disagrees(&c, &facts, verify_newlines));
+    // No wider permissions than the log's own: the page tells what it tells.
+    let mode = (log.meta().permissions().mode() & 0o666) | 0o600;
+    let mut sink = output::Sink::new(target, mode)?;
+    if changed.is_none() {
+        // Pass 3: the table, inside the page.
+        let mut out = io::BufWriter::new(sink.file());
+        write_page(&mut out, opts, &c, &facts, &mut log)?;
+        drop(out);
+        changed = log.changed();
+        if changed.is_some() {
+            sink.restart()?;
         }
     }
-    Ok(code)
+    if let Some(why) = &changed {
+        sink.file()
+            .write_all(changed_page(opts, why).as_bytes())
+            .map_err(|e| Failure::Write(format!("the page: {e}")))?;
+    }
+    sink.finish()?;
+    Ok(if changed.is_some() { 3 } else { c.exit_code() })
 }

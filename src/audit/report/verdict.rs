@@ -8,14 +8,15 @@
 //! a reason is a reason whichever verifier gave it.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::io::Read;
+use std::path::PathBuf;
 
 use serde_json::Value;
 
 use super::html::{esc, text};
-use crate::audit::recover_log::{is_recovery_log, verify_recovery_file, RecoveryOptions};
-use crate::audit::stage_log::{is_stage_log, verify_stage_file};
-use crate::audit::verify::{verify_file, VerifyOptions};
+use crate::audit::recover_log::{is_recovery_start, verify_recovery_reader, RecoveryOptions};
+use crate::audit::stage_log::{is_stage_start, verify_stage_reader};
+use crate::audit::verify::{verify_reader, VerifyOptions};
 
 /// Reasons listed in the banner; a log can give thousands (the verifier
 /// caps its own list, this keeps the banner readable on paper too).
@@ -78,20 +79,25 @@ impl Checked {
     }
 }
 
-/// Runs the verifier for the log's kind with what the report was given.
-/// `Err` is a usage error (as verify's: `--staging` with a discard log).
-pub fn check(
-    log: &Path,
+/// Runs the verifier for the log's kind with what the report was given,
+/// on the bytes read from `log` (the report's own descriptor: verify
+/// judges exactly what the page draws). `first` is the log's start (up to
+/// the line cap), which picks the verifier. `Err` is a usage error (as
+/// verify's: `--staging` with a discard log).
+pub fn check<R: Read>(
+    log: R,
+    first: &[u8],
+    name: &str,
     staging: Option<&PathBuf>,
     expect_head: Option<&str>,
 ) -> Result<Checked, String> {
-    let (kind, verdict) = if is_stage_log(log) {
+    let (kind, verdict) = if is_stage_start(first) {
         if staging.is_some() {
             return Err("--staging does not apply to a discard log (rea-stage discard)".into());
         }
-        let v = verify_stage_file(log, expect_head, None);
+        let v = verify_stage_reader(log, name, expect_head, None);
         (LogKind::Discard, serde_json::to_value(v))
-    } else if is_recovery_log(log) {
+    } else if is_recovery_start(first) {
         let opts = RecoveryOptions {
             expect_head: expect_head.map(str::to_string),
             expect_run: None,
@@ -99,7 +105,7 @@ pub fn check(
         };
         (
             LogKind::Recovery,
-            serde_json::to_value(verify_recovery_file(log, &opts)),
+            serde_json::to_value(verify_recovery_reader(log, name, &opts)),
         )
     } else {
         let opts = VerifyOptions {
@@ -109,18 +115,27 @@ pub fn check(
         };
         (
             LogKind::Watchdog,
-            serde_json::to_value(verify_file(log, &opts)),
+            serde_json::to_value(verify_reader(log, name, &opts)),
         )
     };
     let verdict = verdict.map_err(|e| format!("cannot make the verdict: {e}"))?;
     Ok(Checked { kind, verdict })
 }
 
+/// What the banner says besides the verdict.
+pub struct Context {
+    /// `--expect-head` was given (verify compared the head with it).
+    pub pinned: bool,
+    /// Rows of the table below (`#line-N` exists for N up to this).
+    pub rows: u64,
+}
+
 /// The banner: green for delete_allowed and discarded, amber for retain,
 /// refused and incomplete, red for a tampered log (UNTRUSTED) with every
-/// reason listed (code, line, detail). `changed` is set when the report's
-/// own reading of the log did not end on the head verify computed.
-pub fn banner(c: &Checked, changed: Option<&str>) -> String {
+/// reason listed (code, line, detail), a reason's line linked to its row
+/// of the table where the table has one. Without a pinned head, the
+/// banner says what only a pinned head would catch.
+pub fn banner(c: &Checked, cx: &Context) -> String {
     let v = &c.verdict;
     let word = |k: &str| v[k].as_str().unwrap_or("").to_string();
     let decision = match word("verdict") {
@@ -145,7 +160,6 @@ pub fn banner(c: &Checked, changed: Option<&str>) -> String {
             format!("{} — {}", decision.to_uppercase(), status.replace('_', " ")),
         ),
     };
-    let class = if changed.is_some() { "bad" } else { class };
     let mut s = format!(
         "<div class=\"banner {class}\" id=\"verdict\" data-status=\"{}\" data-exit=\"{code}\">\n<h1>{}</h1>\n",
         esc(&status),
@@ -168,22 +182,25 @@ pub fn banner(c: &Checked, changed: Option<&str>) -> String {
 one). Nothing below can be relied on; it is shown only so that the edit can be found.</p>\n",
         );
     }
-    if let Some(why) = changed {
-        let _ = writeln!(
-            s,
-            "<p>The log changed while this report was made ({}): the sections below may \
-not be what was verified. Make the report again.</p>",
-            esc(why)
+    if !cx.pinned {
+        s.push_str(
+            "<p class=\"caveat\"><b>head not pinned (--expect-head): a log cut short and \
+re-chained would look the same.</b> Give the head the watchdog printed when it sealed the log.</p>\n",
         );
     }
     let reasons = c.reasons();
     if !reasons.is_empty() {
         s.push_str("<ul class=\"reasons\">\n");
         for (code, line, detail) in reasons.iter().take(SHOWN) {
-            // A link to the row of the table below (a fragment: no request).
-            let at = line
-                .map(|l| format!(" at <a href=\"#line-{l}\">line {l}</a>"))
-                .unwrap_or_default();
+            // A link to the row of the table below (a fragment: no
+            // request), where the table has that row.
+            let at = match line {
+                Some(l) if *l >= 1 && *l <= cx.rows => {
+                    format!(" at <a href=\"#line-{l}\">line {l}</a>")
+                }
+                Some(l) => format!(" at line {l} (past the table's end)"),
+                None => String::new(),
+            };
             let _ = writeln!(
                 s,
                 "<li><code>{}</code>{at}: {}</li>",
@@ -202,4 +219,19 @@ not be what was verified. Make the report again.</p>",
     }
     s.push_str("</div>\n");
     s
+}
+
+/// The banner of a log that changed while the report read it: what verify
+/// judged is not what would have been drawn, so nothing from the log is
+/// shown (exit status 3, as a tampered log's).
+pub fn changed_banner(why: &str) -> String {
+    format!(
+        "<div class=\"banner bad\" id=\"verdict\" data-status=\"log_changed\" data-exit=\"3\">\n\
+<h1>LOG CHANGED WHILE READ — not verified</h1>\n\
+<p>The log changed while this report read it ({}). The bytes verify judged are not the \
+bytes that would be drawn, so nothing from the log is shown here and no verdict is given.</p>\n\
+<p>Something is still writing the log, or someone changed it. Make the report again once \
+nothing writes it, with the head pinned (<code>--expect-head</code>).</p>\n</div>\n",
+        text(why)
+    )
 }

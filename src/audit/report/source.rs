@@ -1,0 +1,212 @@
+//! The log, read through the one descriptor [`open_log`] gave, and never
+//! by its path again: verify's pass, the drawings' pass and the table's
+//! pass each read it from its start, and each hashes and counts every byte
+//! it reads. The page is trusted only when every pass read the very bytes
+//! verify judged (the same SHA-256 of the whole stream, the same length),
+//! the file's state did not change from the open to the last check
+//! (fstat: device, inode, size, mtime, ctime) and the path still names
+//! that file. A writer still appending, an edit in place, an append, a
+//! file renamed over the path: each is caught, between passes or during
+//! one, and the page says the log changed (exit status 3).
+
+use std::fs::{File, Metadata};
+use std::io::{self, Read, Seek};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::audit::reader::{open_log, OpenError};
+use crate::audit::writer::MAX_LINE;
+
+/// What one pass read: its length, its lines, the SHA-256 of it all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pass {
+    pub bytes: u64,
+    pub newlines: u64,
+    digest: [u8; 32],
+}
+
+/// The log's bytes as a pass reads them, hashed and counted on the way.
+pub struct Tee<'a> {
+    f: &'a File,
+    hash: Sha256,
+    bytes: u64,
+    newlines: u64,
+    failed: Option<io::Error>,
+}
+
+impl Read for Tee<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.f.read(buf) {
+            Ok(n) => {
+                let got = &buf[..n];
+                self.hash.update(got);
+                self.bytes += n as u64;
+                self.newlines += got.iter().filter(|&&b| b == b'\n').count() as u64;
+                Ok(n)
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Err(e),
+            Err(e) => {
+                self.failed = Some(io::Error::new(e.kind(), e.to_string()));
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The file's state that any write or replacement changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(m: &Metadata) -> Stamp {
+        Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
+/// The open log and what its passes read.
+pub struct Log {
+    f: File,
+    path: PathBuf,
+    meta: Metadata,
+    opened: Stamp,
+    first: Option<Pass>,
+    /// The first difference found between passes.
+    differs: Option<String>,
+}
+
+impl Log {
+    /// Opens the log the one way every command reads one (`O_NONBLOCK`, a
+    /// regular file or nothing).
+    pub fn open(path: &Path) -> Result<Log, OpenError> {
+        let f = open_log(path)?;
+        let meta = f.metadata().map_err(OpenError::Io)?;
+        Ok(Log {
+            f,
+            path: path.to_path_buf(),
+            opened: Stamp::of(&meta),
+            meta,
+            first: None,
+            differs: None,
+        })
+    }
+
+    /// The file's metadata at the open.
+    pub fn meta(&self) -> &Metadata {
+        &self.meta
+    }
+
+    /// The log's first bytes, up to the line cap and one more (enough to
+    /// hold its first line), read without moving the descriptor.
+    pub fn start(&self) -> io::Result<Vec<u8>> {
+        let mut out = vec![0u8; MAX_LINE + 1];
+        let mut got = 0;
+        while got < out.len() {
+            match self.f.read_at(&mut out[got..], got as u64) {
+                Ok(0) => break,
+                Ok(n) => {
+                    got += n;
+                    if out[got - n..got].contains(&b'\n') {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        out.truncate(got);
+        Ok(out)
+    }
+
+    /// One pass over the whole log from its start: `read` reads from the
+    /// reader it is given (what it leaves unread is read here, so that the
+    /// pass covers every byte). `Err` is an error reading the log;
+    /// `read`'s own result is returned as it is.
+    pub fn pass<T>(&mut self, read: impl FnOnce(&mut Tee<'_>) -> T) -> io::Result<T> {
+        if self.first.is_some() {
+            (&self.f).rewind()?;
+        }
+        let mut tee = Tee {
+            f: &self.f,
+            hash: Sha256::new(),
+            bytes: 0,
+            newlines: 0,
+            failed: None,
+        };
+        let out = read(&mut tee);
+        if let Some(e) = tee.failed.take() {
+            return Err(e);
+        }
+        io::copy(&mut tee, &mut io::sink())?;
+        let pass = Pass {
+            bytes: tee.bytes,
+            newlines: tee.newlines,
+            digest: tee.hash.finalize().into(),
+        };
+        match &self.first {
+            None => self.first = Some(pass),
+            Some(first) if self.differs.is_none() && *first != pass => {
+                self.differs = Some(if first.bytes != pass.bytes {
+                    format!(
+                        "verify read {} bytes, a later reading {}",
+                        first.bytes, pass.bytes
+                    )
+                } else {
+                    format!(
+                        "verify read {} bytes, a later reading the same number of other bytes",
+                        first.bytes
+                    )
+                });
+            }
+            Some(_) => {}
+        }
+        Ok(out)
+    }
+
+    /// What the first pass (verify's) read.
+    pub fn first(&self) -> Option<&Pass> {
+        self.first.as_ref()
+    }
+
+    /// Why what the passes read cannot be taken for one state of the log:
+    /// they differ, or the file changed (or its path now names another
+    /// file) since the open. `None`: every pass read the same bytes, and
+    /// the file is as it was.
+    pub fn changed(&self) -> Option<String> {
+        if let Some(why) = &self.differs {
+            return Some(why.clone());
+        }
+        let now = match self.f.metadata() {
+            Ok(m) => Stamp::of(&m),
+            Err(e) => return Some(format!("it could not be looked at again: {e}")),
+        };
+        if now != self.opened {
+            return Some(if now.size != self.opened.size {
+                format!(
+                    "its size went from {} to {} bytes",
+                    self.opened.size, now.size
+                )
+            } else {
+                "it was written to (its modification or change time moved)".into()
+            });
+        }
+        match std::fs::metadata(&self.path) {
+            Ok(m) if m.dev() == now.dev && m.ino() == now.ino => None,
+            Ok(_) => Some("its path now names another file".into()),
+            Err(e) => Some(format!("its path no longer leads to it: {e}")),
+        }
+    }
+}

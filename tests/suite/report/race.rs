@@ -1,0 +1,265 @@
+//! The page shows the bytes verify judged, and nothing else (review of
+//! issue 13, items 1, 2 and 12). A shim loaded into `rea-audit report`
+//! (LD_PRELOAD, built here with the C compiler Rust links with) changes
+//! the log at the worst moments a writer could choose: it renames another
+//! file over the log's path when the path is opened a second time, or
+//! rewrites or appends to the log in place when a descriptor open on it is
+//! rewound for the next pass. Whatever the moment, the page is never green
+//! for bytes verify did not read: it is the tampered verdict of what was
+//! read, or a page that says the log changed, with exit status 3.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use crate::common;
+use common::harness::*;
+use common::logs::{build, read_lines, replace_once, write_lines, BuiltLog, LogOpts};
+
+/// REA_SHIM_LOG names the log (its canonical path), REA_SHIM_WITH another
+/// file, REA_SHIM_MODE what happens:
+///   swap     at the log path's 2nd open, WITH is renamed over it;
+///   rewrite  at the REA_SHIM_AT-th rewind (lseek to 0) of a descriptor
+///            open on the log, WITH's bytes are written over the log in
+///            place (same inode);
+///   append   at that rewind, WITH's bytes are appended to the log.
+/// REA_SHIM_LOADED: a file created when the shim is loaded, so a test
+/// knows it ran under it.
+const SHIM: &str = r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+static int opens, rewinds, fired;
+static const char *env(const char *k) { const char *v = getenv(k); return v ? v : ""; }
+
+__attribute__((constructor)) static void loaded(void) {
+  const char *p = env("REA_SHIM_LOADED");
+  if (*p) { FILE *f = fopen(p, "w"); if (f) fclose(f); }
+}
+
+static void copy(const char *from, const char *to, const char *how) {
+  FILE *in = fopen(from, "rb"), *out = fopen(to, how);
+  char buf[65536]; size_t n;
+  if (in && out) while ((n = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, n, out);
+  if (in) fclose(in);
+  if (out) fclose(out);
+}
+
+static void on_open(const char *p) {
+  if (!p || !*env("REA_SHIM_LOG") || strcmp(p, env("REA_SHIM_LOG"))) return;
+  if (++opens == 2 && !strcmp(env("REA_SHIM_MODE"), "swap") && !fired++)
+    rename(env("REA_SHIM_WITH"), p);
+}
+
+static void on_rewind(int fd, off_t o, int w) {
+  char link[64], to[4096];
+  if (o != 0 || w != SEEK_SET || fired) return;
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(link, to, sizeof to - 1);
+  if (n < 0) return;
+  to[n] = 0;
+  if (strcmp(to, env("REA_SHIM_LOG")) || ++rewinds != atoi(env("REA_SHIM_AT"))) return;
+  if (!strcmp(env("REA_SHIM_MODE"), "rewrite")) { fired = 1; copy(env("REA_SHIM_WITH"), to, "r+b"); }
+  if (!strcmp(env("REA_SHIM_MODE"), "append")) { fired = 1; copy(env("REA_SHIM_WITH"), to, "ab"); }
+}
+
+#define MODE(f) int m = 0; if (f & (O_CREAT | O_TMPFILE)) { va_list a; va_start(a, f); m = va_arg(a, int); va_end(a); }
+int open(const char *p, int f, ...) { MODE(f) on_open(p);
+  int (*r)(const char *, int, ...) = dlsym(RTLD_NEXT, "open"); return r(p, f, m); }
+int open64(const char *p, int f, ...) { MODE(f) on_open(p);
+  int (*r)(const char *, int, ...) = dlsym(RTLD_NEXT, "open64"); return r(p, f, m); }
+int openat(int d, const char *p, int f, ...) { MODE(f) on_open(p);
+  int (*r)(int, const char *, int, ...) = dlsym(RTLD_NEXT, "openat"); return r(d, p, f, m); }
+int openat64(int d, const char *p, int f, ...) { MODE(f) on_open(p);
+  int (*r)(int, const char *, int, ...) = dlsym(RTLD_NEXT, "openat64"); return r(d, p, f, m); }
+off_t lseek(int fd, off_t o, int w) { on_rewind(fd, o, w);
+  off_t (*r)(int, off_t, int) = dlsym(RTLD_NEXT, "lseek"); return r(fd, o, w); }
+off_t lseek64(int fd, off_t o, int w) { on_rewind(fd, o, w);
+  off_t (*r)(int, off_t, int) = dlsym(RTLD_NEXT, "lseek64"); return r(fd, o, w); }
+"#;
+
+/// The shim, compiled once per test binary.
+fn shim() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let src = dir.join(format!("report-race-shim-{}.c", std::process::id()));
+        let so = dir.join(format!("report-race-shim-{}.so", std::process::id()));
+        std::fs::write(&src, SHIM).unwrap();
+        let out = Command::new("cc")
+            .args(["-shared", "-fPIC", "-O1", "-o"])
+            .arg(&so)
+            .arg(&src)
+            .arg("-ldl")
+            .output()
+            .expect("cc, the C compiler the Rust toolchain links with");
+        let _ = std::fs::remove_file(&src);
+        assert!(out.status.success(), "building the shim: {out:?}");
+        so
+    })
+}
+
+/// A closed log (verify: delete_allowed), its canonical path, and a copy
+/// with one job's argv edited in place (same length, not re-chained).
+struct Logs {
+    log: BuiltLog,
+    path: PathBuf,
+    edited: PathBuf,
+}
+
+const EDIT: &str = "evil00";
+
+fn logs(run: &str) -> Logs {
+    let log = build(&LogOpts::closed(run));
+    let path = log.path.canonicalize().unwrap();
+    let mut lines = read_lines(&path);
+    let i = log.line_of("job_spawned", 0) - 1;
+    lines[i] = replace_once(
+        &lines[i],
+        "/opt/hopper/",
+        format!("/opt/{EDIT}/").as_bytes(),
+    );
+    let edited = path.with_file_name("edited.jsonl");
+    write_lines(&edited, &lines);
+    assert_eq!(
+        std::fs::metadata(&edited).unwrap().len(),
+        std::fs::metadata(&path).unwrap().len()
+    );
+    Logs { log, path, edited }
+}
+
+/// `rea-audit report LOG -o OUT` under the shim.
+fn raced(log: &Path, out: &Path, mode: &str, with: &Path, at: u32) -> Output {
+    let loaded = out.with_file_name("shim-loaded");
+    let _ = std::fs::remove_file(&loaded);
+    let o = Command::new(audit_bin())
+        .arg("report")
+        .arg(log)
+        .arg("-o")
+        .arg(out)
+        .env("LD_PRELOAD", shim())
+        .env("REA_SHIM_LOG", log)
+        .env("REA_SHIM_MODE", mode)
+        .env("REA_SHIM_WITH", with)
+        .env("REA_SHIM_AT", at.to_string())
+        .env("REA_SHIM_LOADED", &loaded)
+        .output()
+        .unwrap();
+    assert!(loaded.exists(), "the shim was not loaded: {o:?}");
+    o
+}
+
+fn banner(html: &str) -> &str {
+    super::between(html, "<div class=\"banner", "</div>")
+}
+
+/// Nothing but the page is left beside it (no temporary file).
+fn only_the_page(dir: &Path) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(!name.ends_with(".tmp"), "a temporary file was left: {name}");
+    }
+}
+
+/// The page says the log changed while read, draws nothing from it, and
+/// the exit status is 3.
+fn said_changed(out: &Output, page: &Path) {
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let html = std::fs::read_to_string(page).expect("a page that says so");
+    let b = banner(&html);
+    assert!(b.contains("LOG CHANGED WHILE READ"), "{b}");
+    assert!(b.contains("banner bad"), "{b}");
+    assert!(b.contains("data-status=\"log_changed\""), "{b}");
+    assert!(b.contains("data-exit=\"3\""), "{b}");
+    assert!(!html.contains("DELETE ALLOWED"), "{html}");
+    assert!(!html.contains("delete_allowed\""), "{html}");
+    assert!(
+        !html.contains(EDIT),
+        "nothing is drawn from the log: {html}"
+    );
+    assert!(!html.contains("<table class=\"records\">"), "{html}");
+    only_the_page(page.parent().unwrap());
+}
+
+#[test]
+fn the_shim_alone_changes_nothing() {
+    let l = logs("report-race-control");
+    let page = l.log.dir.path().join("control.html");
+    let out = raced(&l.path, &page, "none", &l.edited, 1);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(banner(&html).contains("DELETE ALLOWED"), "{html}");
+}
+
+/// The good log is renamed over the edited one when the path is opened a
+/// second time: verify must judge what the page draws (the edited bytes).
+#[test]
+fn a_log_renamed_over_between_opens_is_judged_as_drawn() {
+    let l = logs("report-race-swap");
+    let good = l.path.with_file_name("good.jsonl");
+    std::fs::rename(&l.path, &good).unwrap();
+    std::fs::rename(&l.edited, &l.path).unwrap();
+    let page = l.log.dir.path().join("swap.html");
+    let out = raced(&l.path, &page, "swap", &good, 0);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the edited log is tampered: {out:?}"
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    let b = banner(&html);
+    assert!(!b.contains("DELETE ALLOWED"), "{b}");
+    assert!(b.contains("banner bad"), "{b}");
+    assert!(
+        b.contains("data-status=\"tampered\"") || b.contains("log_changed"),
+        "{b}"
+    );
+    assert!(html.contains("<body class=\"untrusted\">"), "{html}");
+    only_the_page(l.log.dir.path());
+}
+
+/// The log is rewritten in place (same inode, same size) when the report
+/// rewinds its descriptor: after verify's pass (1) and after the
+/// drawings' pass (2, before the table).
+#[test]
+fn a_log_rewritten_in_place_while_read_is_never_drawn_as_verified() {
+    for at in [1, 2] {
+        let l = logs(&format!("report-race-rewrite-{at}"));
+        let page = l.log.dir.path().join("rewrite.html");
+        let out = raced(&l.path, &page, "rewrite", &l.edited, at);
+        assert_eq!(
+            std::fs::read(&l.path).unwrap(),
+            std::fs::read(&l.edited).unwrap(),
+            "the shim rewrote the log at rewind {at}: {out:?}"
+        );
+        said_changed(&out, &page);
+    }
+}
+
+/// Records appended between two passes (review item 12).
+#[test]
+fn records_appended_while_read_are_never_drawn_as_verified() {
+    for at in [1, 2] {
+        let l = logs(&format!("report-race-append-{at}"));
+        let lines = read_lines(&l.path);
+        let more = l.path.with_file_name("more.jsonl");
+        write_lines(&more, &lines[lines.len() - 1..]);
+        let before = std::fs::metadata(&l.path).unwrap().len();
+        let page = l.log.dir.path().join("append.html");
+        let out = raced(&l.path, &page, "append", &more, at);
+        assert!(
+            std::fs::metadata(&l.path).unwrap().len() > before,
+            "the shim appended at rewind {at}: {out:?}"
+        );
+        let html = std::fs::read_to_string(&page).unwrap();
+        assert!(!html.contains(EDIT));
+        said_changed(&out, &page);
+    }
+}
