@@ -665,7 +665,10 @@ def section1_md(w, s, args):
     w("Supervisors: `timeout -k 0.5 600`, `tini -s -g`, `dumb-init`, `catatonit`,")
     w("`bwrap --dev-bind / / --unshare-pid --die-with-parent`, `cgroup`: a")
     w("`cgroup.kill` reference supervisor (`tools/bench/cgsup.py`: a fresh cgroup v2")
-    w("group, `cgroup.kill` on the trigger), `rea`: `rea-watchdog exec --term-grace")
+    w("group, `cgroup.kill` on the trigger), `askterm`: the same with rea's policy")
+    w("instead of `cgroup.kill` (`--ask-then-term 0.5`: the leader asked alone, then")
+    w("SIGTERM to each member through a pidfd, `cgroup.kill` after the grace; no proof),")
+    w("`rea`: `rea-watchdog exec --term-grace")
     w("500ms --kill-bound 3s` (log on disk). Triggers: *cancel* = SIGTERM to the")
     w("supervisor (for `none`: to the tree's root); *controller SIGKILL* = SIGKILL to")
     w("the process that started the supervisor; *job exits* = the tree's root exits")
@@ -719,8 +722,13 @@ def section1_md(w, s, args):
     w("log on the real disk (an `fdatasync` precedes the first TERM); `rea-shm` is")
     w("cgroup mode with the log on tmpfs, run only for the two signal triggers, to")
     w("show what that sync costs. Targets (issue 12): cgroup ≤ 1.0× bwrap, none ≤ 1.3×.")
+    w("`askterm` (`cgsup.py --ask-then-term`) is the floor of rea's stop policy: the")
+    w("ask (SIGTERM to the job's leader alone until it exits or half the grace passed),")
+    w("then SIGTERM through a fresh pidfd to each member of the group, and nothing else:")
+    w("no identity read back, no record, no `fdatasync`, no reaping. ÷askterm is what")
+    w("rea's proof costs on top of its policy.")
     w("")
-    w("| trigger (who) | " + " | ".join(f"N={n}: ms · ÷bwrap · ÷cgroup.kill" for n in ns) + " |")
+    w("| trigger (who) | " + " | ".join(f"N={n}: ms · ÷bwrap · ÷cgroup.kill · ÷askterm" for n in ns) + " |")
     w("|---|" + "---|" * len(ns))
     for trig in TRIGGERS:
         for who in ("rea", "rea-none", "rea-shm"):
@@ -733,8 +741,10 @@ def section1_md(w, s, args):
                 rt = med(times_of(pick(s, sup=who, trigger=trig, n=n, ignorer=False)))
                 bt = med(times_of(pick(s, sup="bwrap", trigger=trig, n=n, ignorer=False)))
                 ct = med(times_of(pick(s, sup="cgroup", trigger=trig, n=n, ignorer=False)))
+                at = med(times_of(pick(s, sup="askterm", trigger=trig, n=n, ignorer=False)))
                 row.append(
                     f"{fmt(rt)} · {fmt(rt / bt, 2) if rt and bt else '—'} · {fmt(rt / ct, 2) if rt and ct else '—'}"
+                    f" · {fmt(rt / at, 2) if rt and at else '—'}"
                 )
             w(f"| {trig} ({who}) | " + " | ".join(row) + " |")
     w("")
