@@ -290,10 +290,13 @@ def reap_adopted():
         n += 1
 
 
-def settle_orphans(limit=10.0):
+def settle_orphans(limit=3.0):
     """After the watchdog is gone: wait (bounded) for whatever came back to
     us to end by itself, reap it; stop what does not. Returns (reaped,
-    stopped)."""
+    stopped). What ends by itself does so within milliseconds (PDEATHSIG,
+    a pipe's EOF); 3 s is generous, and a process that never ends (the
+    setsid escapee of response-and-watchdog-lost) is stopped 3 s on, not
+    10 (every full test run waited those 7 s twice)."""
     until = time.monotonic() + limit
     reaped = reap_adopted()
     live = adopted_children()

@@ -938,7 +938,7 @@ fn sigterm_twice_is_one_stop_and_one_receipt() {
     let sibling = Sibling::start();
     // A long grace (termignore keeps it from ending early) so the second
     // SIGTERM surely lands while the first stop is still running.
-    let mut w = Watchdog::start(&["--term-grace", "5s"]);
+    let mut w = Watchdog::start(&["--term-grace", "3s"]);
     let mut t = Nasty::start(&w, &sibling, &[], "wait");
     w.signal(Signal::SIGTERM);
     wait_record(&w.audit_log, "the first stop_triggered", |r| {
@@ -961,9 +961,9 @@ fn sigterm_twice_is_one_stop_and_one_receipt() {
 #[test]
 fn close_and_sigterm_during_a_stop_change_nothing() {
     let sibling = Sibling::start();
-    // termignore keeps the 5 s grace from ending early: the close and the
+    // termignore keeps the 3 s grace from ending early: the close and the
     // SIGTERM surely land while the first stop runs.
-    let mut w = Watchdog::start(&["--term-grace", "5s"]);
+    let mut w = Watchdog::start(&["--term-grace", "3s"]);
     let mut t = Nasty::start(&w, &sibling, &[], "wait");
     let stop = client_bg(&w, "stop");
     wait_record(&w.audit_log, "the stop_requested trigger", |r| {
@@ -1242,13 +1242,13 @@ fn controller_killed_during_a_nested_launcher() {
 #[test]
 fn controller_killed_during_the_term_grace() {
     let sibling = Sibling::start();
-    let mut c = Controller::start(&["--term-grace", "5s"]);
+    let mut c = Controller::start(&["--term-grace", "3s"]);
     let mut oracle = Oracle::new(&c.scratch, "oracle");
     c.submit("install", &tree_argv(&oracle, &[], "wait"));
     let (members, _) = oracle.wait_ready(PATIENCE);
     let held = Held::bind_all(&members);
     c.command(json!({"op": "stop"}));
-    // termignore outlives the TERM sweep, so the 5 s grace runs in full.
+    // termignore outlives the TERM sweep, so the 3 s grace runs in full.
     wait_record(&c.audit_log, "the TERM sweep", |r| {
         is_kind(r, "signal_sweep") && r["data"]["stage"] == "term"
     });
