@@ -318,6 +318,15 @@ pub fn assert_cont_only_to_the_stopped(recs: &[Value], members: &[Member]) {
     assert!(got, "the stopped member {} got no SIGCONT", stopped.pid);
 }
 
+/// tools/test's own cgroup (`REA_TEST_CGROUP`), where tests may make
+/// groups of their own. Only an absolute path counts: an empty or relative
+/// value would make a test's "group" a plain directory beside the tests
+/// (an `escape-1/cgroup.procs` file once landed in the repository so).
+pub fn test_cgroup() -> Option<std::path::PathBuf> {
+    let p = std::path::PathBuf::from(std::env::var_os("REA_TEST_CGROUP")?);
+    p.is_absolute().then_some(p)
+}
+
 /// The run was contained as this test pass asked (tools/test runs the stop
 /// suites twice): under `REA_CONTAIN=none` the watchdog was asked for
 /// `none` (unless the test pinned a mode) and ran so; `auto` gives
@@ -327,7 +336,7 @@ pub fn assert_cont_only_to_the_stopped(recs: &[Value], members: &[Member]) {
 pub fn assert_contained_as_asked(recs: &[Value]) {
     let c = &of_kind(recs, "containment")[0]["data"];
     let pass = std::env::var("REA_CONTAIN").unwrap_or_default();
-    let under = std::env::var("REA_TEST_CGROUP").ok();
+    let under = test_cgroup();
     let requested = c["requested"].as_str().unwrap_or_default();
     if pass == "none" {
         // The pass's REA_CONTAIN reached the watchdog (a test may still
@@ -342,10 +351,11 @@ pub fn assert_contained_as_asked(recs: &[Value]) {
         ("cgroup", _) | ("auto", Some(_)) => {
             assert_eq!(c["mode"], "cgroup", "{c}");
             let path = c["group"]["path"].as_str().unwrap_or_default();
-            if let Ok(root) = std::env::var("REA_TEST_CGROUP") {
+            if let Some(root) = test_cgroup() {
                 assert!(
-                    path.starts_with(&format!("{root}/")),
-                    "{path} not under {root}"
+                    std::path::Path::new(path).starts_with(&root),
+                    "{path} not under {}",
+                    root.display()
                 );
             }
             let removed = &of_kind(recs, "group_removed")[0]["data"];
