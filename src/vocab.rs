@@ -50,6 +50,16 @@ pub enum Status {
     Signal(i32),
 }
 
+/// For people: `exit N` or `signal N`.
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Status::Code(c) => write!(f, "exit {c}"),
+            Status::Signal(n) => write!(f, "signal {n}"),
+        }
+    }
+}
+
 impl Status {
     /// Shell convention: the code, or 128+N for signal N.
     pub fn shell_code(self) -> i32 {

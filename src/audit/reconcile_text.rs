@@ -4,25 +4,10 @@
 
 use std::fmt::Write;
 
-use super::people;
+use super::people::{self, word};
 use super::reconcile::{Outcome, ProcPart, Report};
-use super::record::{Outcome as RunOutcome, Status};
+use super::record::Outcome as RunOutcome;
 use crate::process::alive::Liveness;
-
-fn status(s: Status) -> String {
-    match s {
-        Status::Code(c) => format!("exit {c}"),
-        Status::Signal(n) => format!("signal {n}"),
-    }
-}
-
-/// The serde spelling of an enum value.
-fn token<T: serde::Serialize>(t: &T) -> String {
-    serde_json::to_value(t)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
-}
 
 fn liveness(l: Liveness) -> &'static str {
     match l {
@@ -69,7 +54,7 @@ fn process(s: &mut String, p: &ProcPart) {
     }
     rel.push(format!("first named on line {}", n.first_line));
     rel.push(match n.exit {
-        Some(st) if n.reaped => format!("reaped according to the log ({})", status(st)),
+        Some(st) if n.reaped => format!("reaped according to the log ({})", st),
         _ => "not reaped according to the log".into(),
     });
     let _ = writeln!(s, "          {}", rel.join("; "));
@@ -159,7 +144,7 @@ fn raw(r: &Report) -> String {
     let _ = writeln!(
         s,
         "  verify  {} (exit {})",
-        token(&r.verify.status),
+        word(&r.verify.status),
         r.verify.exit_code
     );
     match &r.watchdog {
@@ -269,7 +254,7 @@ fn raw(r: &Report) -> String {
     } else {
         let _ = writeln!(s, "\nreasons and what to check:");
         for x in &r.reasons {
-            let code = token(&x.code);
+            let code = word(&x.code);
             let _ = writeln!(s, "  - {code}: {}", x.detail);
             let _ = writeln!(s, "    check: {}", x.check);
         }
@@ -301,7 +286,7 @@ fn group(s: &mut String, r: &Report) {
             let _ = writeln!(
                 s,
                 "group     none: the action ran without a cgroup ({}{})",
-                token(&c.mode),
+                word(&c.mode),
                 if c.detail.is_empty() {
                     String::new()
                 } else {

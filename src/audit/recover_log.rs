@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::people;
 use super::reader::{open_log, read_lines, OpenError, Piece, Wire};
 use super::record::StagingInventoried;
 use super::recover_judge::judge;
@@ -228,13 +229,6 @@ fn finish(c: Check, log: String, j: Judged) -> RecoveryVerdict {
     }
 }
 
-fn token<T: Serialize>(t: &T) -> String {
-    serde_json::to_value(t)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
-}
-
 impl RecoveryVerdict {
     /// For people (control characters escaped).
     pub fn human(&self) -> String {
@@ -272,7 +266,7 @@ impl RecoveryVerdict {
             ));
         }
         if let Some(o) = self.outcome {
-            s.push_str(&format!("  outcome  {}\n", token(&o)));
+            s.push_str(&format!("  outcome  {}\n", people::word(&o)));
         }
         if let Some(st) = &self.staging {
             s.push_str(&format!("  staging  {}\n", st.identity.path));
@@ -284,8 +278,8 @@ impl RecoveryVerdict {
             let line = r.line.map(|l| format!("line {l}: ")).unwrap_or_default();
             s.push_str(&format!(
                 "  - {} [{}] {line}{}\n",
-                token(&r.code),
-                token(&r.class),
+                people::word(&r.code),
+                people::word(&r.class),
                 r.detail
             ));
         }
@@ -308,10 +302,10 @@ pub fn show_line(line: &[u8]) -> Option<String> {
             "watchdog {}, group {}",
             c.watchdog
                 .as_ref()
-                .map_or("not probed".into(), |w| token(&w.state)),
+                .map_or("not probed".into(), |w| people::word(&w.state)),
             c.group
                 .as_ref()
-                .map_or("not looked at".into(), |g| token(&g.state))
+                .map_or("not looked at".into(), |g| people::word(&g.state))
         ),
         RecoveryEvent::Members(m) => {
             let pids: Vec<String> = m.members.iter().map(|x| x.pid.to_string()).collect();
@@ -344,7 +338,7 @@ pub fn show_line(line: &[u8]) -> Option<String> {
         RecoveryEvent::Scan(sc) => format!("{} process(es) of the run left", sc.processes.len()),
         RecoveryEvent::Decided(d) => {
             let codes: Vec<String> = d.reasons.iter().map(|r| r.code.as_str()).collect();
-            format!("{} {}", token(&d.outcome), codes.join(", "))
+            format!("{} {}", people::word(&d.outcome), codes.join(", "))
         }
     };
     Some(format!("{:>5} {:<22} {what}", w.seq, w.kind))

@@ -7,9 +7,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Write};
 
-use super::people;
+use super::people::{self, cut, word};
 use super::reader::{parse_line, read_lines, Piece};
-use super::record::{AskEnd, Event, HoldersScanned, Ident, Proc, Status, TempEntry};
+use super::record::{AskEnd, Event, HoldersScanned, Ident, JobSpawned, Proc, TempEntry};
 use super::writer::MAX_LINE;
 
 /// Sockets, FIFOs, devices: named, since a runtime may still hold them.
@@ -36,23 +36,6 @@ fn procs(ps: &[Proc]) -> String {
         s.push(format!("+{} more", ps.len() - SHOWN));
     }
     s.join(" ")
-}
-
-/// A value in the words the log itself uses (its serde name: `run`,
-/// `parent`, `term`, `stop_requested`), never a Rust debug name.
-fn word<T: serde::Serialize>(v: &T) -> String {
-    match serde_json::to_value(v) {
-        Ok(serde_json::Value::String(s)) => s,
-        Ok(other) => other.to_string(),
-        Err(_) => "?".into(),
-    }
-}
-
-fn status(s: Status) -> String {
-    match s {
-        Status::Code(c) => format!("exit {c}"),
-        Status::Signal(n) => format!("signal {n}"),
-    }
 }
 
 /// One line of summary per record kind.
@@ -110,7 +93,7 @@ pub fn summary(ev: &Event) -> String {
             "job {} pid {} {} after {}ms, out {}B err {}B{}",
             j.job,
             j.pid,
-            status(j.status),
+            j.status,
             j.duration_ms,
             j.stdout.bytes,
             j.stderr.bytes,
@@ -177,7 +160,7 @@ pub fn summary(ev: &Event) -> String {
             r.processes
                 .iter()
                 .take(8)
-                .map(|p| format!("{} ({})", p.pid, status(p.status)))
+                .map(|p| format!("{} ({})", p.pid, p.status))
                 .collect::<Vec<_>>()
                 .join(", ")
                 + if r.processes.len() > 8 { ", ..." } else { "" }
@@ -286,7 +269,7 @@ const MAX_EXITED: usize = 64;
 /// dropped at its exit but for the last [`MAX_EXITED`] names.
 #[derive(Default)]
 pub(crate) struct Askers {
-    pub(crate) root: Option<Ident>,
+    root: Option<Ident>,
     /// A running job's leader, by (pid, start time): its job number.
     leaders: HashMap<(i32, u64), u64>,
     /// A running job, by number: its leader and its name (cut).
@@ -297,12 +280,12 @@ pub(crate) struct Askers {
 
 impl Askers {
     /// The job whose leader is `who`, among the running ones.
-    pub(crate) fn job_led_by(&self, who: &Ident) -> Option<u64> {
+    fn job_led_by(&self, who: &Ident) -> Option<u64> {
         self.leaders.get(&(who.pid, who.start_time)).copied()
     }
 
     /// Whether `who` is the root controller.
-    pub(crate) fn is_root(&self, who: &Ident) -> bool {
+    fn is_root(&self, who: &Ident) -> bool {
         self.root.is_some_and(|r| same(&r, who))
     }
 
@@ -318,31 +301,50 @@ impl Askers {
         }
     }
 
-    pub(crate) fn note(&mut self, ev: &Event) -> Option<String> {
+    /// Who asked for `j`, told before `j` itself is noted: the job its
+    /// caller belonged to as the watchdog recorded it at admission
+    /// (`caller_job`, whoever in that job's tree asked); in a log without
+    /// it, the job whose leader itself asked, the controller, or a
+    /// descendant the log does not tie to a job.
+    pub(crate) fn asker(&self, j: &JobSpawned) -> Asker {
+        if let Some(n) = j.caller_job {
+            return Asker::Job(n);
+        }
+        let Some(c) = j.caller else {
+            return Asker::Unknown;
+        };
+        match self.job_led_by(&c) {
+            Some(n) => Asker::Job(n),
+            None if self.is_root(&c) => Asker::Controller,
+            None => Asker::Descendant(c.pid),
+        }
+    }
+
+    /// [`Askers::asker`] in `show`'s words; `None` when not recorded.
+    fn says(&self, a: &Asker) -> Option<String> {
+        Some(match *a {
+            Asker::Job(n) => match self.name_of(n) {
+                Some(name) => format!("asked by job {n} ({name})"),
+                None => format!("asked by job {n}"),
+            },
+            Asker::Controller => "asked by the controller".into(),
+            Asker::Descendant(pid) => format!("asked by pid {pid} (a descendant)"),
+            Asker::Unknown => return None,
+        })
+    }
+
+    /// Keeps what later records need: the root, and the running jobs'
+    /// leaders and names (bounded).
+    pub(crate) fn note(&mut self, ev: &Event) {
         match ev {
             Event::RootBound(r) => self.root = r.root,
             Event::JobSpawned(j) => {
-                let job = |n: u64| match self.name_of(n) {
-                    Some(asker) => format!("asked by job {n} ({asker})"),
-                    None => format!("asked by job {n}"),
-                };
-                // The job the caller belongs to, as recorded at admission
-                // (`caller_job`); a log without it names the job only when
-                // its leader itself asked.
-                let by = j.caller_job.map(job).or_else(|| {
-                    j.caller.map(|c| match self.job_led_by(&c) {
-                        Some(n) => job(n),
-                        None if self.is_root(&c) => "asked by the controller".into(),
-                        None => format!("asked by pid {} (a descendant)", c.pid),
-                    })
-                });
                 let key = (j.pid, j.start_time);
                 if self.jobs.len() < MAX_LEADERS && !self.jobs.contains_key(&j.job) {
                     let name = cut(j.name.as_deref().unwrap_or(&j.id), ASKER_NAME_KEPT);
                     self.leaders.entry(key).or_insert(j.job);
                     self.jobs.insert(j.job, (key, name));
                 }
-                return by;
             }
             Event::JobExited(j) => {
                 if let Some((key, name)) = self.jobs.remove(&j.job) {
@@ -357,19 +359,19 @@ impl Askers {
             }
             _ => {}
         }
-        None
     }
 }
 
-/// At most `max` characters of `s`, with `...` when cut.
-fn cut(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}...", &s[..i]),
-        None => s.to_string(),
-    }
+/// Who asked for a job ([`Askers::asker`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Asker {
+    Job(u64),
+    Controller,
+    Descendant(i32),
+    Unknown,
 }
 
-pub(crate) fn same(a: &Ident, b: &Ident) -> bool {
+fn same(a: &Ident, b: &Ident) -> bool {
     a.pid == b.pid && a.start_time == b.start_time
 }
 
@@ -397,9 +399,12 @@ pub fn each_line<R: io::Read>(r: R, mut each: impl FnMut(ShowLine)) -> io::Resul
                     let t0 = *t0.get_or_insert(rec.mono_ns);
                     let us = rec.mono_ns.saturating_sub(t0) / 1000;
                     let mut text = summary(&rec.event).trim_end().to_string();
-                    if let Some(by) = askers.note(&rec.event) {
-                        text = format!("{text} ({by})");
+                    if let Event::JobSpawned(j) = &rec.event {
+                        if let Some(by) = askers.says(&askers.asker(j)) {
+                            text = format!("{text} ({by})");
+                        }
                     }
+                    askers.note(&rec.event);
                     ShowLine {
                         line: n,
                         seq: Some(rec.seq),

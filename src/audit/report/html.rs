@@ -39,64 +39,16 @@ pub fn esc(s: &str) -> String {
     out
 }
 
-/// Characters that change how text reads without showing themselves, the
-/// one list the page ([`text`]) and the re-verify command (`quote`) make
-/// visible: bidirectional marks, embeddings, overrides and isolates (a
-/// comm with U+202E shows its text reversed, "Trojan Source"; U+061C is
-/// Arabic's mark), zero-width spaces and joiners, the word joiner and the
-/// invisible operators, the line and paragraph separators (a line break
-/// inside a `<pre>` command), the soft hyphen, the Mongolian vowel
-/// separator, the deprecated format controls, the BOM (zero-width
-/// no-break space), the interlinear annotation controls and the tag
-/// characters. C0, DEL and C1 controls are handled where each is escaped.
-pub fn is_invisible(c: char) -> bool {
-    matches!(
-        c,
-        '\u{ad}'
-            | '\u{61c}'
-            | '\u{180e}'
-            | '\u{200b}'..='\u{200f}'
-            | '\u{2028}'..='\u{202e}'
-            | '\u{2060}'..='\u{2064}'
-            | '\u{2066}'..='\u{206f}'
-            | '\u{feff}'
-            | '\u{fff9}'..='\u{fffb}'
-            | '\u{e0001}'
-            | '\u{e0020}'..='\u{e007f}'
-    )
-}
-
 /// A string from a log, for people: control and invisible characters
-/// visible (controls as `rea-audit show` prints them, the rest as
-/// `\u{...}`), then HTML-escaped.
+/// visible as `rea-audit show` prints them ([`people::escape`]), then
+/// HTML-escaped.
 pub fn text(s: &str) -> String {
-    let shown = people::escape(s);
-    if !shown.chars().any(is_invisible) {
-        return esc(&shown);
-    }
-    let mut plain = String::with_capacity(shown.len() + 8);
-    for c in shown.chars() {
-        if is_invisible(c) {
-            let _ = write!(plain, "\\u{{{:x}}}", c as u32);
-        } else {
-            plain.push(c);
-        }
-    }
-    esc(&plain)
-}
-
-/// At most `max` characters of `s` (on a char edge), with `...` when cut:
-/// labels and table cells stay readable and the page stays bounded.
-pub fn cut(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}...", &s[..i]),
-        None => s.to_string(),
-    }
+    esc(&people::escape(s))
 }
 
 /// [`text`] of at most `max` characters.
 pub fn short(s: &str, max: usize) -> String {
-    text(&cut(s, max))
+    text(&people::cut(s, max))
 }
 
 /// The page's style, inline (no external resource), with a print block:
@@ -137,16 +89,6 @@ verification; it shows what the file says, not what happened.</p>\n",
     s
 }
 
-/// A value in the words the log itself uses (its serde name: `exec`,
-/// `cgroup`, `deadline`), never a Rust debug name.
-pub fn word<T: serde::Serialize>(v: &T) -> String {
-    match serde_json::to_value(v) {
-        Ok(serde_json::Value::String(s)) => s,
-        Ok(other) => other.to_string(),
-        Err(_) => "?".into(),
-    }
-}
-
 /// One row of a two-column facts table (`value` already escaped).
 pub fn row(out: &mut String, key: &str, value: &str) {
     let _ = writeln!(out, "<tr><th>{}</th><td>{value}</td></tr>", esc(key));
@@ -183,11 +125,5 @@ mod tests {
             let shown = text(&format!("a{c}b"));
             assert_eq!(shown, format!("a\\u{{{:x}}}b", c as u32), "{:x}", c as u32);
         }
-    }
-
-    #[test]
-    fn cut_keeps_char_edges() {
-        assert_eq!(cut("ééé", 2), "éé...");
-        assert_eq!(cut("ab", 2), "ab");
     }
 }

@@ -1,7 +1,7 @@
 //! The command that re-verifies the log, with the actual values, quoted
 //! for a POSIX shell so that it can be pasted as it is: a path with a
 //! space or a quote in single quotes, one with control characters,
-//! invisible ones (`html::is_invisible`: bidirectional formatting,
+//! invisible ones (`people::is_invisible`: bidirectional formatting,
 //! zero-width, separators, the BOM) or bytes that are not UTF-8 in
 //! `$'...'` with `\xNN` (bash, zsh, ksh and POSIX.1-2024 sh), never raw.
 
@@ -14,7 +14,7 @@ fn plain(b: u8) -> bool {
 
 /// Controls (C0, DEL, C1) and the page's list of invisible characters.
 fn needs_dollar(c: char) -> bool {
-    c.is_control() || super::html::is_invisible(c)
+    c.is_control() || crate::audit::people::is_invisible(c)
 }
 
 /// `s` as one shell word.

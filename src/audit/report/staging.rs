@@ -6,7 +6,8 @@
 
 use std::fmt::Write as _;
 
-use super::html::{cut, row, text};
+use super::html::{row, text};
+use crate::audit::people::cut;
 use crate::audit::record::{
     Event, HoldersScanned, Receipt, StagingInventoried, TempEntry, TempRootInventoried,
     TempRootRemoved,

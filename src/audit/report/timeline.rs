@@ -7,8 +7,9 @@
 
 use std::collections::HashMap;
 
-use super::html::cut;
-use crate::audit::record::{Event, JobSpawned, Stage, Status};
+use crate::audit::people::cut;
+use crate::audit::record::{Event, Stage};
+pub(crate) use crate::audit::show::Asker;
 use crate::audit::show::Askers;
 
 pub const MAX_LANES: usize = 200;
@@ -16,16 +17,6 @@ pub const MAX_LANE_MARKS: usize = 32;
 pub const MAX_MARKS: usize = 400;
 /// Characters of a job's argv kept for its label's tooltip.
 const ARGV_KEPT: usize = 300;
-
-/// Who asked for a job (`show`'s [`Askers`] rule): a job's leader, the
-/// controller, or a process the log does not tie to a job.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Asker {
-    Job(u64),
-    Controller,
-    Descendant(i32),
-    Unknown,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MarkKind {
@@ -111,33 +102,6 @@ pub struct Timeline {
     pub stop_at: Option<u64>,
 }
 
-fn status_word(s: Status) -> String {
-    match s {
-        Status::Code(c) => format!("exit {c}"),
-        Status::Signal(n) => format!("signal {n}"),
-    }
-}
-
-/// Who asked for `j`: the job its caller belonged to as the watchdog
-/// recorded it at admission (`caller_job`, whoever in that job's tree
-/// asked), else by the leaders seen before it (a log without the field
-/// names the job only when its leader itself asked).
-fn asker_of(askers: &Askers, j: &JobSpawned) -> Asker {
-    if let Some(n) = j.caller_job {
-        return Asker::Job(n);
-    }
-    let Some(c) = j.caller else {
-        return Asker::Unknown;
-    };
-    if let Some(job) = askers.job_led_by(&c) {
-        return Asker::Job(job);
-    }
-    if askers.is_root(&c) {
-        return Asker::Controller;
-    }
-    Asker::Descendant(c.pid)
-}
-
 impl Timeline {
     fn mark(&mut self, m: Mark) -> Option<usize> {
         if self.marks.len() >= MAX_MARKS {
@@ -172,7 +136,7 @@ impl Timeline {
         };
         match ev {
             Event::JobSpawned(j) => {
-                let asker = asker_of(&self.askers, j);
+                let asker = self.askers.asker(j);
                 if self.lanes.len() >= MAX_LANES || self.by_job.contains_key(&j.job) {
                     self.lanes_left_out += 1;
                 } else {
@@ -195,7 +159,7 @@ impl Timeline {
                 if let Some(&i) = self.by_job.get(&j.job) {
                     self.lanes[i]
                         .exited
-                        .get_or_insert((at, status_word(j.status), j.stopped));
+                        .get_or_insert((at, j.status.to_string(), j.stopped));
                 }
             }
             Event::InnerAlarm(a) => {

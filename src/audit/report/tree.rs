@@ -10,9 +10,10 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use super::html::{cut, text};
+use super::html::text;
+use crate::audit::people::cut;
 use super::timeline::stage_word;
-use crate::audit::record::{Event, Stage, Status};
+use crate::audit::record::{Event, Stage};
 
 pub const MAX_NODES: usize = 2000;
 /// Facts kept per process (signals, tags) before they are counted instead.
@@ -42,13 +43,6 @@ pub struct Tree {
     pub left_out: u64,
     /// Signals sent, by stage (targets × sweeps).
     sent: [u64; 3],
-}
-
-fn status(s: Status) -> String {
-    match s {
-        Status::Code(c) => format!("exit {c}"),
-        Status::Signal(n) => format!("signal {n}"),
-    }
 }
 
 fn stage_class(s: Stage) -> &'static str {
@@ -121,7 +115,7 @@ impl Tree {
             Event::JobExited(j) => {
                 if let Some(n) = self.node(j.pid, Some(j.start_time)) {
                     let stopped = if j.stopped { " during the stop" } else { "" };
-                    n.ended = Some(format!("exited: {}{stopped}", status(j.status)));
+                    n.ended = Some(format!("exited: {}{stopped}", j.status));
                 }
             }
             Event::SignalSweep(s) => {
@@ -175,7 +169,7 @@ impl Tree {
                         if let Some(c) = &p.comm {
                             n.comm.get_or_insert_with(|| cut(c, 40));
                         }
-                        n.ended = Some(format!("reaped: {}", status(p.status)));
+                        n.ended = Some(format!("reaped: {}", p.status));
                     }
                 }
             }
