@@ -87,9 +87,9 @@ struct Facts {
     timeline: timeline::Timeline,
     tree: tree::Tree,
     staging: staging::Staging,
-    /// SHA-256 of the last complete line read (`None` after an overlong
-    /// last line, which is never held whole).
-    last_hash: Option<String>,
+    /// The last complete line read (`None` after an overlong last line,
+    /// which is never held whole): its hash is compared with verify's head.
+    last: Option<Vec<u8>>,
     lines: u64,
     /// Bytes after the last newline (the table shows them as a row).
     torn: bool,
@@ -103,11 +103,14 @@ fn gather<R: Read>(r: R) -> io::Result<Facts> {
         let line = match piece {
             Piece::Line(l) => l,
             Piece::Overlong(_) => {
-                facts.last_hash = None;
+                facts.last = None;
                 return;
             }
         };
-        facts.last_hash = Some(crate::vocab::hex(&Sha256::digest(line)));
+        // A copy, not a hash: only the last line's is ever needed.
+        let last = facts.last.get_or_insert_with(Vec::new);
+        last.clear();
+        last.extend_from_slice(line);
         let Ok(rec) = parse_line(line) else {
             return;
         };
@@ -132,7 +135,11 @@ fn rows(facts: &Facts) -> u64 {
 /// verdict's own word against them.) `Some(why)` when not.
 fn disagrees(c: &Checked, facts: &Facts, verify_newlines: Option<u64>) -> Option<String> {
     let lines = c.verdict["records"].as_u64();
-    match (c.head(), facts.last_hash.as_deref()) {
+    let mine = facts
+        .last
+        .as_ref()
+        .map(|l| crate::vocab::hex(&Sha256::digest(l)));
+    match (c.head(), mine.as_deref()) {
         (Some(v), Some(mine)) if v != mine => {
             return Some(format!(
                 "verify's head {v}, the report's reading ends on {mine}"
@@ -316,7 +323,8 @@ fn write_page<W: Write>(
     out.write_all(top(opts, c, facts).as_bytes())
         .map_err(failed)?;
     let flagged: Vec<u64> = c.reasons().iter().filter_map(|r| r.1).take(64).collect();
-    log.pass(|r| records::write_table(r, out, &flagged))
+    let total = facts.lines + u64::from(facts.torn);
+    log.pass(|r| records::write_table(r, out, &flagged, total))
         .map_err(|e| Failure::Read(format!("{name}: {e}")))?
         .map_err(failed)?;
     out.write_all(b"</section>\n").map_err(failed)?;
