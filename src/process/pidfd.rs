@@ -29,6 +29,8 @@ pub struct VerifiedPidFd {
     proc: Proc,
     /// Its `/proc/PID/stat` state when it was bound (`T`: stopped).
     state: u8,
+    /// Its session when it was bound.
+    sid: i32,
 }
 
 impl VerifiedPidFd {
@@ -42,6 +44,18 @@ impl VerifiedPidFd {
 
     pub fn pid(&self) -> i32 {
         self.proc.pid
+    }
+
+    /// Its `/proc/PID/stat` as the bind read it (no read now).
+    pub fn stat(&self) -> Stat {
+        Stat {
+            pid: self.proc.pid,
+            comm: self.proc.comm.clone(),
+            state: self.state,
+            ppid: self.proc.ppid,
+            sid: self.sid,
+            start_time: self.proc.start_time,
+        }
     }
 
     /// It was stopped (`T`, or `t` by a tracer) when it was bound: a
@@ -304,6 +318,7 @@ pub fn bind(
     Ok(VerifiedPidFd {
         fd,
         state: st.state,
+        sid: st.sid,
         proc: st.to_proc(uid),
     })
 }
@@ -337,6 +352,7 @@ pub fn bind_scanned_child(
     Ok(VerifiedPidFd {
         fd,
         state: scanned.state,
+        sid: scanned.sid,
         proc: scanned.to_proc(uid),
     })
 }
@@ -367,6 +383,7 @@ pub fn bind_ident(ident: Ident) -> Result<VerifiedPidFd, BindError> {
     Ok(VerifiedPidFd {
         fd,
         state: st.state,
+        sid: st.sid,
         proc: st.to_proc(uid),
     })
 }
@@ -391,6 +408,7 @@ pub fn bind_member(pid: i32, group: u64, expect_uid: u32) -> Result<VerifiedPidF
     Ok(VerifiedPidFd {
         fd,
         state: st.state,
+        sid: st.sid,
         proc: st.to_proc(uid),
     })
 }
@@ -440,6 +458,7 @@ fn bind_own_child(pid: i32) -> io::Result<VerifiedPidFd> {
     Ok(VerifiedPidFd {
         fd,
         state: st.state,
+        sid: st.sid,
         proc: st.to_proc(uid),
     })
 }

@@ -80,14 +80,9 @@ pub fn verify(
     let mut pid = fd.proc().ppid;
     for _ in 0..MAX_ANCESTRY {
         if pid == me.pid {
-            let via = match below {
-                Some(st) => Some(st),
-                // The caller is the watchdog's child: it cannot be reaped
-                // (and its pid reused) before the loop reaps.
-                None => read_stat(fd.pid())
-                    .ok()
-                    .filter(|st| st.start_time == fd.proc().start_time),
-            };
+            // The caller itself when it is the watchdog's child: its stat
+            // as the bind read it (its session names the job it leads).
+            let via = Some(below.unwrap_or_else(|| fd.stat()));
             return Ok(Verified::Bound(Bound { fd, via }));
         }
         if pid <= 0 {
