@@ -57,12 +57,13 @@ pub fn reap(jobs: &mut Jobs, ledger: &mut Ledger, mut held: Option<&mut Held>) -
         // (A pid seen to exit whose fd went, and that names a new held
         // process now, is not let go: `has_exited` asks its own fd.)
         for pid in std::mem::take(&mut held.exited) {
-            if !held.fds.get(&pid).is_some_and(|fd| fd.has_exited()) {
-                continue;
-            }
             let Some(fd) = held.fds.remove(&pid) else {
                 continue;
             };
+            if !fd.has_exited() {
+                held.fds.insert(pid, fd);
+                continue;
+            }
             if jobs.by_leader_mut(pid).is_some() {
                 continue; // the jobs room's, with its status
             }

@@ -445,7 +445,7 @@ impl Stopper {
 
     /// When a reap is due, if one is waiting.
     pub fn reap_due(&self) -> Option<Instant> {
-        let dying = !self.held.fds.is_empty() && self.held.dying();
+        let dying = self.held.dying();
         let pace = if dying { REAP_DYING } else { REAP_PACE };
         self.reap_wanted.then_some(self.reaped_at + pace)
     }
