@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use rea::audit::chain::is_digest;
 use rea::audit::people::escape;
-use rea::audit::reader::open_log;
 use rea::audit::reconcile::{reconcile, Options as ReconcileOptions, EXIT_ERROR};
 use rea::audit::reconcile_text::human;
 use rea::audit::recover_log::{is_recovery_log, verify_recovery_file, RecoveryOptions};
@@ -420,29 +419,34 @@ its exit status), the run and the wall-clock time of its first record, the
 head (sealed or not), the reasons. Then one line per log line: seq, time
 since the first record, kind, and what it says in plain words (a nested
 launcher is named by the job that asked for it). A tampered log is shown,
-and said to be tampered, first. Exit status: verify's (0 delete_allowed).";
+and said to be tampered, first. Exit status: verify's (0 delete_allowed);
+3, said on stderr, when the log changed while it was read (a writer still
+appending, an edit, another file renamed over the path).";
 
-/// `rea-audit show`: verification first, then the timeline.
-fn show(log: &std::path::Path, json: bool) -> ExitCode {
+/// `rea-audit show`: verification first, then the timeline, both read
+/// through one descriptor ([`rea::audit::passes`]): the lines shown are
+/// the bytes verify judged, or the exit status says the log changed.
+fn show(path: &std::path::Path, json: bool) -> ExitCode {
+    use rea::audit::checked::check;
+    use rea::audit::passes::Log;
     use rea::audit::show::{each_line, header, started};
-    let name = log.display().to_string();
-    let verdict = if is_stage_log(log) {
-        serde_json::to_value(verify_stage_file(log, None, None))
-    } else if is_recovery_log(log) {
-        serde_json::to_value(verify_recovery_file(log, &RecoveryOptions::default()))
-    } else {
-        serde_json::to_value(verify_file(log, &VerifyOptions::default()))
+    let name = path.display().to_string();
+    let unreadable = |e: &dyn std::fmt::Display| usage(&format!("{}: {e}", escape(&name)));
+    let mut log = match Log::open(path) {
+        Ok(l) => l,
+        Err(e) => return unreadable(&e),
     };
-    let verdict = match verdict {
-        Ok(v) => v,
-        Err(e) => return usage(&format!("cannot make the verdict: {e}")),
+    let start = match log.start() {
+        Ok(b) => b,
+        Err(e) => return unreadable(&e),
+    };
+    let verdict = match log.pass(|r| check(r, &start, &name, None, None)) {
+        Ok(Ok(c)) => c.verdict,
+        Ok(Err(e)) => return usage(&e),
+        Err(e) => return unreadable(&e),
     };
     let code = verdict["exit_code"].as_u64().unwrap_or(4).min(255) as u8;
-    let f = match open_log(log) {
-        Ok(f) => f,
-        Err(e) => return usage(&format!("{}: {e}", escape(&name))),
-    };
-    let first = open_log(log).ok().and_then(started);
+    let first = started(&start[..]);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let done = if json {
@@ -453,14 +457,17 @@ fn show(log: &std::path::Path, json: bool) -> ExitCode {
         let mut failed = None;
         let mut sep = "";
         let wrote = write!(out, "{text},\"lines\":[").and_then(|()| {
-            each_line(f, |l| {
-                if failed.is_none() {
-                    let line = serde_json::to_string(&l).map_err(std::io::Error::other);
-                    let r = line.and_then(|t| write!(out, "{sep}{t}"));
-                    failed = r.err();
-                    sep = ",";
-                }
-            })
+            let read = log.pass(|r| {
+                each_line(r, |l| {
+                    if failed.is_none() {
+                        let line = serde_json::to_string(&l).map_err(std::io::Error::other);
+                        let r = line.and_then(|t| write!(out, "{sep}{t}"));
+                        failed = r.err();
+                        sep = ",";
+                    }
+                })
+            });
+            read.and_then(|r| r)
         });
         match (wrote, failed) {
             (Err(e), _) | (Ok(()), Some(e)) => Err(e),
@@ -472,10 +479,20 @@ fn show(log: &std::path::Path, json: bool) -> ExitCode {
             head.push_str(&escape(&line));
             head.push('\n');
         }
-        writeln!(out, "{head}").and_then(|()| write_timeline(f, &mut out))
+        writeln!(out, "{head}")
+            .and_then(|()| log.pass(|r| write_timeline(r, &mut out)).and_then(|r| r))
     };
-    match done.and_then(|()| out.flush()) {
-        Ok(()) => ExitCode::from(code),
-        Err(e) => usage(&format!("{}: {e}", escape(&name))),
+    if let Err(e) = done.and_then(|()| out.flush()) {
+        return unreadable(&e);
     }
+    if let Some(why) = log.changed() {
+        eprintln!(
+            "rea-audit: {}: the log changed while it was read ({}): what was printed \
+             is not what verify judged; show it again once it is still",
+            escape(&name),
+            escape(&why)
+        );
+        return ExitCode::from(3);
+    }
+    ExitCode::from(code)
 }

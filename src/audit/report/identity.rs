@@ -7,8 +7,8 @@
 use std::fmt::Write as _;
 
 use super::html::{row, text};
-use crate::audit::people::word;
 use super::verdict::{Checked, LogKind};
+use crate::audit::people::word;
 use crate::audit::record::{
     AskSpan, Containment, Event, GroupRemoved, Receipt, RootBound, RunStarted, StageArmed,
 };

@@ -20,7 +20,6 @@ mod identity;
 mod output;
 mod quote;
 mod records;
-mod source;
 mod staging;
 mod svg;
 mod timeline;
@@ -34,6 +33,7 @@ use std::path::PathBuf;
 
 use sha2::{Digest, Sha256};
 
+use crate::audit::passes;
 use crate::audit::reader::{parse_line, read_lines, Piece};
 
 use html::{esc, section, text};
@@ -316,7 +316,7 @@ fn write_page<W: Write>(
     opts: &Options,
     c: &Checked,
     facts: &Facts,
-    log: &mut source::Log,
+    log: &mut passes::Log,
 ) -> Result<(), Failure> {
     let name = crate::audit::people::escape(&opts.log.display().to_string());
     let failed = |e: io::Error| Failure::Write(format!("the page: {e}"));
@@ -347,7 +347,7 @@ pub fn run(opts: &Options) -> Result<i32, Failure> {
     }
     let name = crate::audit::people::escape(&opts.log.display().to_string());
     let read_failed = |e: &dyn std::fmt::Display| Failure::Read(format!("{name}: {e}"));
-    let mut log = source::Log::open(&opts.log).map_err(|e| read_failed(&e))?;
+    let mut log = passes::Log::open(&opts.log).map_err(|e| read_failed(&e))?;
     let target = output::Target::resolve(&opts.output, opts.staging.as_deref())?;
     target.refuse_log(log.meta())?;
     // Pass 1: verify, on this descriptor's bytes.
@@ -355,7 +355,7 @@ pub fn run(opts: &Options) -> Result<i32, Failure> {
     let shown = opts.log.display().to_string();
     let c = log
         .pass(|r| {
-            verdict::check(
+            crate::audit::checked::check(
                 r,
                 &first,
                 &shown,

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use super::html::text;
-use crate::audit::people::cut;
 use super::timeline::stage_word;
+use crate::audit::people::cut;
 use crate::audit::record::{Event, Stage};
 
 pub const MAX_NODES: usize = 2000;

@@ -139,19 +139,28 @@ fn logs(run: &str) -> Logs {
 
 /// `rea-audit report LOG -o OUT` under the shim.
 fn raced(log: &Path, out: &Path, mode: &str, with: &Path, at: u32) -> Output {
-    let loaded = out.with_file_name("shim-loaded");
-    let _ = std::fs::remove_file(&loaded);
-    let o = Command::new(audit_bin())
-        .arg("report")
-        .arg(log)
-        .arg("-o")
-        .arg(out)
+    let mut cmd = Command::new(audit_bin());
+    cmd.arg("report").arg(log).arg("-o").arg(out);
+    under_shim(cmd, log, &out.with_file_name("shim-loaded"), mode, with, at)
+}
+
+/// `cmd` (a `rea-audit` reading `log`) run under the shim.
+fn under_shim(
+    mut cmd: Command,
+    log: &Path,
+    loaded: &Path,
+    mode: &str,
+    with: &Path,
+    at: u32,
+) -> Output {
+    let _ = std::fs::remove_file(loaded);
+    let o = cmd
         .env("LD_PRELOAD", shim())
         .env("REA_SHIM_LOG", log)
         .env("REA_SHIM_MODE", mode)
         .env("REA_SHIM_WITH", with)
         .env("REA_SHIM_AT", at.to_string())
-        .env("REA_SHIM_LOADED", &loaded)
+        .env("REA_SHIM_LOADED", loaded)
         .output()
         .unwrap();
     assert!(loaded.exists(), "the shim was not loaded: {o:?}");
@@ -257,5 +266,49 @@ fn records_appended_while_read_are_never_drawn_as_verified() {
         let html = std::fs::read_to_string(&page).unwrap();
         assert!(!html.contains(EDIT));
         said_changed(&out, &page);
+    }
+}
+
+/// `rea-audit show` reads the log through one descriptor too: records
+/// appended after verify's pass, or another file renamed over the path
+/// once opened, are never printed under verify's verdict as if it judged
+/// them: exit status 3, and stderr says why.
+#[test]
+fn show_says_when_the_log_changed_while_read() {
+    for (mode, at) in [("swap", 0), ("append", 1)] {
+        let l = logs(&format!("show-race-{mode}"));
+        let before = std::fs::read(&l.path).unwrap();
+        let with = match mode {
+            "append" => {
+                let lines = read_lines(&l.path);
+                let more = l.path.with_file_name("more.jsonl");
+                write_lines(&more, &lines[lines.len() - 1..]);
+                more
+            }
+            _ => l.edited.clone(),
+        };
+        let mut cmd = Command::new(audit_bin());
+        cmd.arg("show").arg(&l.path);
+        let loaded = l.log.dir.path().join("shim-loaded");
+        let out = under_shim(cmd, &l.path, &loaded, mode, &with, at);
+        assert_ne!(
+            std::fs::read(&l.path).unwrap(),
+            before,
+            "the shim changed the log ({mode}): {out:?}"
+        );
+        assert_eq!(out.status.code(), Some(3), "{mode}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("the log changed while it was read"),
+            "{mode}: {err}"
+        );
+        // The control: the same show with nothing changing says delete_allowed.
+        let good = build(&LogOpts::closed(&format!("show-race-{mode}-control")));
+        let ok = Command::new(audit_bin())
+            .arg("show")
+            .arg(&good.path)
+            .output()
+            .unwrap();
+        assert_eq!(ok.status.code(), Some(0), "{ok:?}");
     }
 }

@@ -1,13 +1,15 @@
-//! The log, read through the one descriptor [`open_log`] gave, and never
-//! by its path again: verify's pass, the drawings' pass and the table's
-//! pass each read it from its start, and each hashes and counts every byte
-//! it reads. The page is trusted only when every pass read the very bytes
-//! verify judged (the same SHA-256 of the whole stream, the same length),
-//! the file's state did not change from the open to the last check
-//! (fstat: device, inode, size, mtime, ctime) and the path still names
-//! that file. A writer still appending, an edit in place, an append, a
-//! file renamed over the path: each is caught, between passes or during
-//! one, and the page says the log changed (exit status 3).
+//! A log read in passes through the one descriptor [`open_log`] gave, and
+//! never by its path again: verify's pass and each pass that shows what
+//! verify judged (`rea-audit report`'s drawings and table, `rea-audit
+//! show`'s lines) read it from its start, and each hashes and counts every
+//! byte it reads. What is shown is trusted only when every pass read the
+//! very bytes verify judged (the same SHA-256 of the whole stream, the same
+//! length), the file's state did not change from the open to the last
+//! check (fstat: device, inode, size, mtime, ctime) and the path still
+//! names that file. A writer still appending, an edit in place, an append,
+//! a file renamed over the path: each is caught, between passes or during
+//! one ([`Log::changed`]), and the caller says the log changed (exit
+//! status 3).
 
 use std::fs::{File, Metadata};
 use std::io::{self, Read, Seek};
