@@ -92,6 +92,13 @@ fn an_existing_fifo_device_or_stream_is_written_to_not_replaced() {
         nix::sys::stat::Mode::from_bits_truncate(0o666),
         dev,
     );
+    // Root may always (tools/test and CI run as root); elsewhere the case
+    // is not run, and says so, rather than passing on nothing.
+    let root = nix::unistd::geteuid().is_root();
+    assert!(made.is_ok() || !root, "mknod as root: {made:?}");
+    if made.is_err() {
+        eprintln!("SKIP (not root): the null-device case");
+    }
     if made.is_ok() {
         let out = super::report(&log.path, &null, &[]);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
