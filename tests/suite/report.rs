@@ -342,12 +342,22 @@ fn lane_of(svg: &str, n: u64) -> &str {
     &svg[i..i + start.len() + end]
 }
 
-fn unescape(s: &str) -> String {
+/// The text of an HTML-escaped string (the five characters the page escapes).
+pub(super) fn unescape(s: &str) -> String {
     s.replace("&lt;", "<")
         .replace("&gt;", ">")
         .replace("&quot;", "\"")
         .replace("&#39;", "'")
         .replace("&amp;", "&")
+}
+
+/// No temporary file (`*.tmp`) is left in `dir`: a page is written whole
+/// or not at all.
+pub(super) fn no_temp_left(dir: &std::path::Path) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(!name.ends_with(".tmp"), "a temporary file was left: {name}");
+    }
 }
 
 /// Each sweep of the log: (stage, processes signalled, its parts summed).

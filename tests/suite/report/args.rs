@@ -105,10 +105,7 @@ fn an_existing_fifo_device_or_stream_is_written_to_not_replaced() {
         let t = std::fs::metadata(&null).unwrap().file_type();
         assert!(t.is_char_device(), "the device is still a device");
     }
-    for e in std::fs::read_dir(dir).unwrap() {
-        let name = e.unwrap().file_name().to_string_lossy().into_owned();
-        assert!(!name.ends_with(".tmp"), "{name}");
-    }
+    super::no_temp_left(dir);
 }
 
 /// `-o` inside the stage being verified is a usage error, and nothing is

@@ -1,8 +1,6 @@
 //! What a log verify accepts cannot crash the report, and what the page
 //! links stays within the page (review of issue 13, items 3 and 10).
 
-use std::path::Path;
-
 use crate::common;
 use common::logs::{build, read_lines, rechain, replace_once, verify, write_lines, LogOpts};
 use rea::audit::record::StopReason;
@@ -12,13 +10,6 @@ fn with_mono(line: &[u8], mono: u64) -> Vec<u8> {
     let i = s.find("\"mono_ns\":").unwrap() + "\"mono_ns\":".len();
     let end = i + s[i..].find(',').unwrap();
     format!("{}{mono}{}", &s[..i], &s[end..]).into_bytes()
-}
-
-fn no_temp_left(dir: &Path) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let name = e.unwrap().file_name().to_string_lossy().into_owned();
-        assert!(!name.ends_with(".tmp"), "a temporary file was left: {name}");
-    }
 }
 
 /// mono_ns jumps to ~0.9 x 2^64 at the trigger and climbs towards 2^64:
@@ -49,7 +40,7 @@ fn a_clock_near_the_end_of_u64_is_drawn() {
         html.contains("id=\"timeline-stop\""),
         "the close-up is drawn"
     );
-    no_temp_left(log.dir.path());
+    super::no_temp_left(log.dir.path());
 }
 
 /// Reasons at lines past the table's 5000 rows link nowhere (every link on

@@ -9,18 +9,10 @@ use crate::common;
 use common::harness::*;
 use common::logs::{build, LogOpts};
 
-fn unescape(s: &str) -> String {
-    s.replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&#39;", "'")
-        .replace("&amp;", "&")
-}
-
 /// The re-verify command on the page.
 fn command(html: &str) -> String {
     let pre = super::between(html, "<pre id=\"reverify-command\">", "</pre>");
-    unescape(
+    super::unescape(
         pre.trim_start_matches("<pre id=\"reverify-command\">")
             .trim_end_matches("</pre>"),
     )

@@ -171,14 +171,6 @@ fn banner(html: &str) -> &str {
     super::between(html, "<div class=\"banner", "</div>")
 }
 
-/// Nothing but the page is left beside it (no temporary file).
-fn only_the_page(dir: &Path) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let name = e.unwrap().file_name().to_string_lossy().into_owned();
-        assert!(!name.ends_with(".tmp"), "a temporary file was left: {name}");
-    }
-}
-
 /// The page says the log changed while read, draws nothing from it, and
 /// the exit status is 3.
 fn said_changed(out: &Output, page: &Path) {
@@ -196,7 +188,7 @@ fn said_changed(out: &Output, page: &Path) {
         "nothing is drawn from the log: {html}"
     );
     assert!(!html.contains("<table class=\"records\">"), "{html}");
-    only_the_page(page.parent().unwrap());
+    super::no_temp_left(page.parent().unwrap());
 }
 
 #[test]
