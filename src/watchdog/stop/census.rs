@@ -54,6 +54,29 @@ impl Census {
     }
 }
 
+#[cfg(test)]
+impl Census {
+    /// A closure of `n` zombies (for a sweep that passes every one over).
+    pub(super) fn of_zombies(n: usize) -> Census {
+        let zombie = |i: usize| Stat {
+            pid: 100 + i as i32,
+            comm: "z".into(),
+            state: b'Z',
+            ppid: 1,
+            sid: 0,
+            start_time: 1,
+        };
+        Census {
+            closure: (0..n).map(zombie).collect(),
+            ..Census::default()
+        }
+    }
+
+    pub(super) fn push_closure(&mut self, st: Stat) {
+        self.closure.push(st);
+    }
+}
+
 /// The state byte of a placeholder: not a state `/proc` ever shows.
 const PLACEHOLDER: u8 = b'?';
 

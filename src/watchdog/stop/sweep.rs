@@ -33,6 +33,14 @@ const FIRST_PART: usize = 32;
 /// 512 members wait to be bound after the first 32 have died.
 const PART: usize = 512;
 
+/// Members passed over (`others`) in one part at most. A link is ~30
+/// bytes of JSON: 16384 of them and [`PART`] targets keep a record near
+/// half a MiB, under the audit line cap (1 MiB), however many processes a
+/// sweep meets (a newcomer found among 40 000 zombies of a fork bomb would
+/// otherwise make a record the log refuses: its signal would go out
+/// unrecorded).
+pub(super) const OTHERS_MAX: usize = 16384;
+
 /// How many targets part `index` of a sweep holds at most.
 fn part_limit(index: u32) -> usize {
     // 32 << 4 is 512: beyond that the cap, with no shift to overflow.
@@ -72,6 +80,8 @@ pub(super) struct Part {
     pub index: u32,
     pub targets: Vec<VerifiedPidFd>,
     pub others: Vec<Link>,
+    /// Targets signalled by the parts written so far.
+    pub signalled: usize,
 }
 
 impl Part {
@@ -81,6 +91,7 @@ impl Part {
             index: 0,
             targets: Vec::new(),
             others: Vec::new(),
+            signalled: 0,
         }
     }
 }
@@ -185,13 +196,19 @@ impl Stopper {
         }
         if !part.targets.is_empty() {
             self.signal_part(host, &mut part, signals);
+        } else if part.index > 0 && !part.others.is_empty() {
+            // The members passed over after the last part are recorded too
+            // (the replay's parent links span the whole sweep); no signal
+            // waits on them, so the next sync makes them durable.
+            others_only(host, &mut part, stage, signals, 0);
         }
         if part.index == 0 {
             host.sync(); // nothing to signal; what was appended is still made durable
             false
         } else {
+            // Recorded (if only members passed over): it counts as a sweep.
             self.sweeps = part.sweep;
-            true
+            part.signalled > 0
         }
     }
 
@@ -206,6 +223,9 @@ impl Stopper {
         signals: &[Sig],
     ) {
         let stage = self.stage;
+        // Members passed over beyond one record's share go first, in parts
+        // of their own (made durable by this part's sync).
+        others_only(host, part, stage, signals, OTHERS_MAX);
         let targets = std::mem::take(&mut part.targets);
         let cont: Vec<i32> = match stage {
             Stage::Term => targets
@@ -226,6 +246,7 @@ impl Stopper {
         }));
         host.sync();
         part.index += 1;
+        part.signalled += targets.len();
         for t in targets {
             let key = (t.pid(), t.proc().start_time);
             let then_cont = (stage == Stage::Term && t.seen_stopped()).then_some(Sig::CONT);
@@ -279,6 +300,32 @@ impl Stopper {
     }
 }
 
+/// Records `part`'s members passed over, [`OTHERS_MAX`] a part with no
+/// target, until at most `keep` are left (for the part being written).
+/// Only a sweep that records anything records them: a rescan that
+/// signals nothing writes nothing, however many it passed over.
+fn others_only(
+    host: &mut impl StopHost,
+    part: &mut Part,
+    stage: Stage,
+    signals: &[Sig],
+    keep: usize,
+) {
+    while part.others.len() > keep {
+        let n = part.others.len().min(OTHERS_MAX);
+        host.append(Event::SignalSweep(SignalSweep {
+            sweep: part.sweep,
+            part: part.index,
+            stage,
+            signals: signals.to_vec(),
+            targets: Vec::new(),
+            others: part.others.drain(..n).collect(),
+            cont: Vec::new(),
+        }));
+        part.index += 1;
+    }
+}
+
 /// `st` itself, or for a census placeholder (a group member not read yet,
 /// see [`Census`]) what `/proc` says of it now; `None` if it is gone.
 fn known(st: &Stat) -> Option<Stat> {
@@ -290,6 +337,82 @@ fn known(st: &Stat) -> Option<Stat> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::super::census::Census;
+    use super::super::{StopHost, Stopper};
+    use crate::audit::record::{AskSpan, Event, Ident, StopReason, Uncertainty};
+    use crate::audit::writer::MAX_LINE;
+    use crate::process::identity::{read_stat, Stat};
+    use crate::process::reap::Peek;
+    use std::os::unix::process::ExitStatusExt;
+
+    /// Keeps what the stopper appends; `me` is this test process (pid).
+    struct Host(Vec<Event>, i32);
+
+    impl StopHost for Host {
+        fn me(&self) -> Ident {
+            Ident {
+                pid: self.1,
+                start_time: read_stat(self.1).unwrap().start_time,
+                uid: nix::unistd::geteuid().as_raw(),
+            }
+        }
+        fn append(&mut self, ev: Event) {
+            self.0.push(ev);
+        }
+        fn sync(&mut self) {}
+        fn reap(&mut self) -> Peek {
+            Peek::NoChildren
+        }
+        fn uncertain(&mut self, _: &Stat, _: Uncertainty, _: &str) {}
+    }
+
+    /// A newcomer met after 40 000 members passed over (zombies) is
+    /// recorded in parts of one sweep, each under the audit line cap,
+    /// together listing every member; a sweep that meets only the zombies
+    /// signals and records nothing. The newcomer is this test's own child
+    /// (`sleep`), bound by its pidfd and TERMed.
+    #[test]
+    fn a_sweep_that_passes_thousands_over_stays_under_the_line_cap() {
+        let grace = Duration::from_secs(60);
+        let ask = AskSpan::HalfGrace;
+        let reason = StopReason::Deadline;
+        let bound = Duration::from_secs(3);
+        let new = || Stopper::new(reason, Instant::now(), grace, bound, ask, Vec::new());
+        let mut host = Host(Vec::new(), std::process::id() as i32);
+        assert!(!new().sweep(&mut host, &Census::of_zombies(40_000)));
+        assert!(host.0.is_empty(), "nothing recorded: {:?}", host.0.first());
+
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let mut census = Census::of_zombies(40_000);
+        census.push_closure(read_stat(child.id() as i32).unwrap());
+        let mut stopper = new();
+        let signalled = stopper.sweep(&mut host, &census);
+        let status = child.wait().unwrap(); // reaped whatever the sweep did
+        assert!(signalled, "the child was signalled");
+        assert_eq!(status.signal(), Some(libc::SIGTERM));
+        let mut listed = 0;
+        let mut targets = 0;
+        for (i, ev) in host.0.iter().enumerate() {
+            let Event::SignalSweep(s) = ev else {
+                panic!("not a sweep part: {ev:?}");
+            };
+            assert_eq!((s.sweep, s.part), (1, i as u32));
+            assert!(s.others.len() <= super::OTHERS_MAX);
+            let bytes = serde_json::to_vec(s).unwrap().len();
+            assert!(bytes < MAX_LINE / 2, "part {i}: {bytes} bytes");
+            listed += s.others.len();
+            targets += s.targets.len();
+        }
+        assert_eq!((listed, targets), (40_000, 1));
+        assert!(host.0.len() >= 3, "{} parts", host.0.len());
+        assert_eq!(stopper.sweeps, 1);
+    }
+
     #[test]
     fn parts_double_up_to_the_cap() {
         let limits: Vec<usize> = (0..7).map(super::part_limit).collect();
