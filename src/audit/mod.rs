@@ -17,6 +17,7 @@ pub mod recover_judge;
 pub mod recover_lines;
 pub mod recover_log;
 pub mod replay;
+pub mod replay_ask;
 pub mod replay_group;
 pub mod report;
 pub mod rules;

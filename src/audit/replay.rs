@@ -20,6 +20,7 @@ use super::record::{
     Counts, Event, Ident, JobSpawned, Outcome, Receipt, RootSource, RunStarted, Sig, SignalSweep,
     Stage, StagingInventoried, StopCompleted, StopReason,
 };
+use super::replay_ask::impossible_end;
 use super::replay_group::GroupSeen;
 use super::verdict::{Code, Reason};
 
@@ -273,7 +274,7 @@ impl Replay {
                 self.ask_order(&s);
                 self.sweep_part(s, line)
             }
-            Event::AskEnded(_) => {
+            Event::AskEnded(a) => {
                 if self.ask == AskSeen::Over || !self.triggered {
                     self.push(mismatch(
                         "ask_ended with no stop before it, twice, or after a TERM/KILL sweep"
@@ -281,6 +282,10 @@ impl Replay {
                     ));
                 }
                 self.ask = AskSeen::Over;
+                let run = self.start.as_ref().zip(self.first_stop);
+                if let Some(why) = run.and_then(|(r, f)| impossible_end(&a, &r.bounds, f)) {
+                    self.push(mismatch(why));
+                }
             }
             Event::TempRootRemoved(t) => self.temp_removed = Some(t.removed),
             Event::StopCompleted(c) => {

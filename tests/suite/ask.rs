@@ -239,6 +239,41 @@ fn a_leader_that_ignores_its_stop_signal_gets_term_to_the_rest_at_half_the_grace
     let (code, v) = w.verify(&["--staging", w.staging.to_str().unwrap()]);
     assert_eq!(code, 0, "{v:#}");
     sibling.assert_alive();
+
+    // 6. The replay knows how this ask could end: re-chained copies that
+    // say it ended by timeout's -k, or at half the grace too early, are
+    // tampered with (a stop for a request asks for half the grace).
+    let run = w.run_id();
+    let lines = common::logs::read_lines(&w.audit_log);
+    let at = lines
+        .iter()
+        .position(|l| String::from_utf8_lossy(l).contains("\"kind\":\"ask_ended\""))
+        .unwrap();
+    let after = format!("\"after_ms\":{}", e["after_ms"]);
+    for (from, to, says) in [
+        (
+            "\"reason\":\"half_grace\"",
+            "\"reason\":\"kill_after\"".to_string(),
+            "whose ask lasts half the grace",
+        ),
+        (
+            after.as_str(),
+            "\"after_ms\":5".to_string(),
+            "before half the 2000 ms grace",
+        ),
+    ] {
+        let mut forged = lines.clone();
+        forged[at] = common::logs::replace_once(&forged[at], from, to.as_bytes());
+        common::logs::rechain(&mut forged, &run, at);
+        let copy = w.audit_log.with_file_name("forged.jsonl");
+        common::logs::write_lines(&copy, &forged);
+        let v = common::logs::verify(&copy, &[]);
+        assert_eq!(v.exit, 3, "{to}: {:#}", v.json);
+        let said = v.json["reasons"].as_array().unwrap().iter().any(|r| {
+            r["code"] == "replay_mismatch" && r["detail"].as_str().is_some_and(|d| d.contains(says))
+        });
+        assert!(said, "{to}: {:#}", v.json);
+    }
 }
 
 /// Two jobs asked with different signals: one record part per signal,
