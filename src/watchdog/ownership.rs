@@ -75,6 +75,7 @@ pub fn reap(jobs: &mut Jobs, ledger: &mut Ledger, mut held: Option<&mut Held>) -
         }
     }
     let last = loop {
+        record_full(ledger, &mut orphans);
         match reap::peek() {
             Ok(Peek::Waitable(zombie)) => {
                 let pid = zombie.pid();
@@ -114,6 +115,23 @@ pub fn reap(jobs: &mut Jobs, ledger: &mut Ledger, mut held: Option<&mut Held>) -
         ledger.append(Event::Reaped(Reaped { processes: orphans }));
     }
     Reaping { exited, last }
+}
+
+/// Processes in one `reaped` record at most. An entry is ~80 bytes of
+/// JSON (up to ~170 with a name of escaped control characters): 4096 keep
+/// a record well under the audit line cap (1 MiB), where the zombies of a
+/// fork bomb reaped in one round (20 000: 1.4 MiB) made a record the log
+/// refused, and the stop ended in `audit_failure`.
+const REAPED_MAX: usize = 4096;
+
+/// Records the reaped processes `orphans` holds in full records of
+/// [`REAPED_MAX`], leaving fewer: one round may reap a fork bomb's tens of
+/// thousands of zombies.
+fn record_full(ledger: &mut Ledger, orphans: &mut Vec<ReapedProc>) {
+    while orphans.len() >= REAPED_MAX {
+        let processes = orphans.drain(..REAPED_MAX).collect();
+        ledger.append(Event::Reaped(Reaped { processes }));
+    }
 }
 
 /// The record of a held process just reaped: what its bind read.

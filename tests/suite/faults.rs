@@ -694,3 +694,40 @@ fn requests_refused_and_hangup_logs_match_the_schema() {
     assert_eq!(receipt(&recs)["stop_reason"], "hangup");
     common::schema::assert_log_matches_schema(&w.audit_log);
 }
+
+/// A job that leaves 16 000 zombies at once: the watchdog reaps them in
+/// one round and records them in `reaped` records each under the audit
+/// line cap (one record of all of them, ~1.1 MiB, was refused by the log
+/// and the run ended in `audit_failure`). Every zombie is recorded once;
+/// the run closes with a positive receipt.
+#[test]
+fn l_thousands_of_zombies_reaped_at_once_are_recorded() {
+    const N: usize = 16_000;
+    let scratch = Scratch::new();
+    let log = scratch.path("audit.jsonl");
+    let child = Command::new(watchdog_bin())
+        .args(["exec", "--deadline", "120s", "--audit-log"])
+        .arg(&log)
+        .args(["--", "python3", &fixture("zombies.py"), &N.to_string()])
+        .env("TMPDIR", scratch.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = output_within(child, PATIENCE);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let recs = records(&log);
+    let reaped = of_kind(&recs, "reaped");
+    let total: usize = reaped
+        .iter()
+        .map(|r| r["data"]["processes"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(total, N, "every zombie recorded once");
+    assert!(reaped.len() >= 4, "{} reaped records", reaped.len());
+    let text = std::fs::read_to_string(&log).unwrap();
+    let longest = text.lines().map(str::len).max().unwrap();
+    assert!(longest < 1 << 20, "a line of {longest} bytes");
+    let (code, v) = verify_log(&log, &[]);
+    assert_eq!(code, 0, "{v:#}");
+}
