@@ -5,7 +5,7 @@
 //! byte it reads. What is shown is trusted only when every pass read the
 //! very bytes verify judged (the same SHA-256 of the whole stream, the same
 //! length), the file's state did not change from the open to the last
-//! check (fstat: device, inode, size, mtime, ctime) and the path still
+//! check (fstat: device, inode, size, mtime) and the path still
 //! names that file. A writer still appending, an edit in place, an append,
 //! a file renamed over the path: each is caught, between passes or during
 //! one ([`Log::changed`]), and the caller says the log changed (exit
@@ -57,14 +57,18 @@ impl Read for Tee<'_> {
     }
 }
 
-/// The file's state that any write or replacement changes.
+/// The file's state that any write or replacement changes. Not its
+/// ctime: a hard link, a chmod or a chown (a backup tool's, an operator's)
+/// moves it with the bytes unchanged, and the passes' digests already
+/// prove what each read. A write whose mtime was set back is caught by a
+/// later pass reading other bytes; after the last pass it no longer
+/// touches what was shown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Stamp {
     dev: u64,
     ino: u64,
     size: u64,
     mtime: (i64, i64),
-    ctime: (i64, i64),
 }
 
 impl Stamp {
@@ -74,7 +78,6 @@ impl Stamp {
             ino: m.ino(),
             size: m.size(),
             mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
         }
     }
 }
@@ -202,7 +205,7 @@ impl Log {
                     self.opened.size, now.size
                 )
             } else {
-                "it was written to (its modification or change time moved)".into()
+                "it was written to (its modification time moved)".into()
             });
         }
         match std::fs::metadata(&self.path) {

@@ -24,7 +24,9 @@ use common::logs::{build, read_lines, replace_once, write_lines, BuiltLog, LogOp
 ///   rewrite  at the REA_SHIM_AT-th rewind (lseek to 0) of a descriptor
 ///            open on the log, WITH's bytes are written over the log in
 ///            place (same inode);
-///   append   at that rewind, WITH's bytes are appended to the log.
+///   append   at that rewind, WITH's bytes are appended to the log;
+///   link     at that rewind, WITH is made a hard link to the log (its
+///            ctime moves, its bytes do not).
 /// REA_SHIM_LOADED: a file created when the shim is loaded, so a test
 /// knows it ran under it.
 const SHIM: &str = r#"
@@ -61,15 +63,16 @@ static void on_opened(const char *p) {
 }
 
 static void on_rewind(int fd, off_t o, int w) {
-  char link[64], to[4096];
+  char self_fd[64], to[4096];
   if (o != 0 || w != SEEK_SET || fired) return;
-  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-  ssize_t n = readlink(link, to, sizeof to - 1);
+  snprintf(self_fd, sizeof self_fd, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(self_fd, to, sizeof to - 1);
   if (n < 0) return;
   to[n] = 0;
   if (strcmp(to, env("REA_SHIM_LOG")) || ++rewinds != atoi(env("REA_SHIM_AT"))) return;
   if (!strcmp(env("REA_SHIM_MODE"), "rewrite")) { fired = 1; copy(env("REA_SHIM_WITH"), to, "r+b"); }
   if (!strcmp(env("REA_SHIM_MODE"), "append")) { fired = 1; copy(env("REA_SHIM_WITH"), to, "ab"); }
+  if (!strcmp(env("REA_SHIM_MODE"), "link")) { fired = 1; link(to, env("REA_SHIM_WITH")); }
 }
 
 #define MODE(f) int m = 0; if (f & (O_CREAT | O_TMPFILE)) { va_list a; va_start(a, f); m = va_arg(a, int); va_end(a); }
@@ -303,4 +306,25 @@ fn show_says_when_the_log_changed_while_read() {
             .unwrap();
         assert_eq!(ok.status.code(), Some(0), "{ok:?}");
     }
+}
+
+/// A hard link made to the log while it is read changes its ctime, not
+/// its bytes: `show` and `report` still say what verify says (a backup
+/// tool or an operator may link or chmod a log at any time).
+#[test]
+fn a_link_made_while_read_changes_nothing_shown() {
+    let l = logs("race-link");
+    let link = l.path.with_file_name("linked.jsonl");
+    let page = l.log.dir.path().join("link.html");
+    let out = raced(&l.path, &page, "link", &link, 1);
+    assert!(link.exists(), "the shim made the link: {out:?}");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(banner(&std::fs::read_to_string(&page).unwrap()).contains("DELETE ALLOWED"));
+    std::fs::remove_file(&link).unwrap();
+    let mut cmd = Command::new(audit_bin());
+    cmd.arg("show").arg(&l.path);
+    let loaded = l.log.dir.path().join("shim-loaded");
+    let out = under_shim(cmd, &l.path, &loaded, "link", &link, 1);
+    assert!(link.exists(), "the shim made the link: {out:?}");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
