@@ -471,7 +471,12 @@ fn show(path: &std::path::Path, json: bool) -> ExitCode {
         });
         match (wrote, failed) {
             (Err(e), _) | (Ok(()), Some(e)) => Err(e),
-            (Ok(()), None) => writeln!(out, "]}}"),
+            // The document itself says when its lines are not what the
+            // verdict judged, not only the exit status.
+            (Ok(()), None) => match log.changed() {
+                None => writeln!(out, "]}}"),
+                Some(why) => writeln!(out, "],\"log_changed\":{}}}", serde_json::json!(why)),
+            },
         }
     } else {
         let mut head = String::new();

@@ -297,6 +297,20 @@ fn show_says_when_the_log_changed_while_read() {
             err.contains("the log changed while it was read"),
             "{mode}: {err}"
         );
+        // --json says so in the document too, and stays valid.
+        let fresh = logs(&format!("show-race-{mode}-json"));
+        let with = match mode {
+            "append" => with.clone(),
+            _ => fresh.edited.clone(),
+        };
+        let mut cmd = Command::new(audit_bin());
+        cmd.args(["show", "--json"]).arg(&fresh.path);
+        let loaded = fresh.log.dir.path().join("shim-loaded");
+        let out = under_shim(cmd, &fresh.path, &loaded, mode, &with, at);
+        assert_eq!(out.status.code(), Some(3), "{mode} --json: {out:?}");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(doc["log_changed"].is_string(), "{mode}: {doc:#}");
+        common::schema::assert_valid(common::schema::show_validator(), &doc, "show --json");
         // The control: the same show with nothing changing says delete_allowed.
         let good = build(&LogOpts::closed(&format!("show-race-{mode}-control")));
         let ok = Command::new(audit_bin())
@@ -305,6 +319,13 @@ fn show_says_when_the_log_changed_while_read() {
             .output()
             .unwrap();
         assert_eq!(ok.status.code(), Some(0), "{ok:?}");
+        let ok = Command::new(audit_bin())
+            .args(["show", "--json"])
+            .arg(&good.path)
+            .output()
+            .unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
+        assert!(doc.get("log_changed").is_none(), "{doc:#}");
     }
 }
 
