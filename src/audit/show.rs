@@ -112,6 +112,15 @@ pub fn summary(ev: &Event) -> String {
                 None => String::new(),
             }
         ),
+        // A part with no target lists members passed over (already
+        // signalled, gone, zombies) that did not fit the parts before.
+        Event::SignalSweep(s) if s.targets.is_empty() => format!(
+            "sweep {} {} (part {}): nothing signalled; {} process(es) passed over",
+            s.sweep,
+            word(&s.stage).to_uppercase(),
+            s.part,
+            s.others.len()
+        ),
         Event::SignalSweep(s) => format!(
             "sweep {} {}: {} to {} process(es) {}",
             s.sweep,
@@ -541,4 +550,31 @@ pub fn started<R: io::Read>(r: R) -> Option<String> {
         }
     });
     first.filter(|t| !t.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summary;
+    use crate::audit::record::{Event, Link, Sig, SignalSweep, Stage};
+
+    /// A part that only lists members passed over says so, not "SIGKILL
+    /// to 0 process(es)".
+    #[test]
+    fn a_part_with_no_target_says_nothing_was_signalled() {
+        let part = |targets| {
+            Event::SignalSweep(SignalSweep {
+                sweep: 6,
+                part: 3,
+                stage: Stage::Kill,
+                signals: vec![Sig::KILL],
+                targets,
+                others: (1..=5).map(|pid| Link { pid, ppid: 1 }).collect(),
+                cont: Vec::new(),
+            })
+        };
+        assert_eq!(
+            summary(&part(Vec::new())),
+            "sweep 6 KILL (part 3): nothing signalled; 5 process(es) passed over"
+        );
+    }
 }
