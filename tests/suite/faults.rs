@@ -695,14 +695,15 @@ fn requests_refused_and_hangup_logs_match_the_schema() {
     common::schema::assert_log_matches_schema(&w.audit_log);
 }
 
-/// A job that leaves 16 000 zombies at once: the watchdog reaps them in
-/// one round and records them in `reaped` records each under the audit
-/// line cap (one record of all of them, ~1.1 MiB, was refused by the log
-/// and the run ended in `audit_failure`). Every zombie is recorded once;
-/// the run closes with a positive receipt.
+/// A job that leaves 6 000 zombies at once: the watchdog reaps them in
+/// one round and records them in `reaped` records of at most 4096 each,
+/// so any number stays under the audit line cap (one record of 16 000,
+/// ~1.1 MiB, was refused by the log and the run ended in `audit_failure`;
+/// 6 000 keep the test short and still need two records). Every zombie
+/// is recorded once; the run closes with a positive receipt.
 #[test]
 fn l_thousands_of_zombies_reaped_at_once_are_recorded() {
-    const N: usize = 16_000;
+    const N: usize = 6_000;
     let scratch = Scratch::new();
     let log = scratch.path("audit.jsonl");
     let child = Command::new(watchdog_bin())
@@ -724,7 +725,10 @@ fn l_thousands_of_zombies_reaped_at_once_are_recorded() {
         .map(|r| r["data"]["processes"].as_array().unwrap().len())
         .sum();
     assert_eq!(total, N, "every zombie recorded once");
-    assert!(reaped.len() >= 4, "{} reaped records", reaped.len());
+    assert!(reaped.len() >= 2, "{} reaped records", reaped.len());
+    for r in &reaped {
+        assert!(r["data"]["processes"].as_array().unwrap().len() <= 4096);
+    }
     let text = std::fs::read_to_string(&log).unwrap();
     let longest = text.lines().map(str::len).max().unwrap();
     assert!(longest < 1 << 20, "a line of {longest} bytes");
