@@ -660,42 +660,8 @@ fn the_page_is_never_written_over_the_log() {
 /// its first 5000 rows, the timeline its first 200 lanes, and both say so.
 #[test]
 fn a_huge_log_makes_a_bounded_page() {
-    use common::counted::{launcher_job, CountedLog};
-    use rea::audit::record::*;
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("huge.jsonl");
-    let mut log = CountedLog::create(&path, "huge-1", false);
-    let me = Ident {
-        pid: 4242,
-        start_time: 1_000_000,
-        uid: uid(),
-    };
-    let root = Ident {
-        pid: 4000,
-        start_time: 999_000,
-        uid: uid(),
-    };
-    log.put(&Event::RunStarted(RunStarted {
-        version: "test".into(),
-        mode: Mode::Run,
-        watchdog: me,
-        state_dir: "/run/rea/huge".into(),
-        bounds: Bounds {
-            action_deadline_ms: None,
-            term_grace_ms: 500,
-            kill_bound_ms: 3000,
-            output_cap: None,
-            ask: Default::default(),
-        },
-        staging: None,
-        pass_env: vec![],
-        handover: None,
-    }));
-    for job in 1..=3000 {
-        for ev in &launcher_job(job, root, me.pid) {
-            log.put(ev);
-        }
-    }
+    let path = memory::busy_log(dir.path(), 3000, |job| format!("launcher-{job}"));
     let out = dir.path().join("huge.html");
     let r = report(&path, &out, &[]);
     let (code, _) = verify_log(&path, &[]);
