@@ -13,6 +13,7 @@ pub mod reconcile_log;
 pub mod reconcile_text;
 pub mod record;
 pub mod record_group;
+pub mod record_stop;
 pub mod recover_judge;
 pub mod recover_lines;
 pub mod recover_log;

@@ -11,6 +11,8 @@ use crate::holders::HolderScan;
 
 use crate::vocab::{Capture, Op, RefusalReason};
 
+pub use super::record_stop::{StopPriority, StopTriggered};
+
 pub use super::record_group::{
     ContainMode, ContainRequest, Containment, GroupIdentity, GroupKill, GroupKillFailed,
     GroupMember, GroupRemoved, GroupSeen, GroupState,
@@ -230,33 +232,6 @@ pub struct OutputCapped {
     pub job: u64,
     pub stream: Stream,
     pub cap: u64,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct StopTriggered {
-    pub reason: StopReason,
-    /// True for the trigger that started the stop; later ones only add a record.
-    pub first: bool,
-    pub detail: String,
-    pub job: Option<u64>,
-    /// The processes behind the trigger (abandoned or unprovable ones).
-    pub processes: Vec<Proc>,
-    /// The first trigger only: the CPU priority the stop ran at
-    /// (`watchdog::priority`); `null` on later triggers.
-    pub priority: Option<StopPriority>,
-}
-
-/// The scheduling the watchdog runs with (taken at start-up).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum StopPriority {
-    /// `SCHED_FIFO` priority 1.
-    Fifo,
-    /// A lower nice value than it had.
-    Nice,
-    /// Not allowed to raise it (or started real-time).
-    Unchanged,
 }
 
 /// A closure member that a sweep did not signal (zombie, already signalled,

@@ -26,14 +26,21 @@ fn specials(es: &[TempEntry], truncated: bool) -> String {
 }
 
 fn procs(ps: &[Proc]) -> String {
+    procs_and(ps, 0)
+}
+
+/// The first few of `ps`, then how many more: those of `ps` not shown
+/// and `unnamed` the record only counts.
+fn procs_and(ps: &[Proc], unnamed: u64) -> String {
     const SHOWN: usize = 8;
     let mut s: Vec<String> = ps
         .iter()
         .take(SHOWN)
         .map(|p| format!("{}({})", p.pid, p.comm))
         .collect();
-    if ps.len() > SHOWN {
-        s.push(format!("+{} more", ps.len() - SHOWN));
+    let more = ps.len().saturating_sub(SHOWN) as u64 + unnamed;
+    if more > 0 {
+        s.push(format!("+{more} more"));
     }
     s.join(" ")
 }
@@ -106,7 +113,7 @@ pub fn summary(ev: &Event) -> String {
             t.reason.as_str(),
             if t.first { "" } else { " (already stopping)" },
             t.detail,
-            procs(&t.processes),
+            procs_and(&t.processes, t.more_processes.unwrap_or(0)),
             match t.priority {
                 Some(p) => format!(" [stopping at priority {}]", word(&p)),
                 None => String::new(),

@@ -7,6 +7,13 @@ use nix::sys::signal::Signal;
 use crate::audit::record::{Event, Proc, StopPriority, StopReason, StopTriggered};
 use crate::vocab::bounded;
 
+/// Processes one `stop_triggered` record names at most. An entry is ~80
+/// bytes of JSON (up to ~170 with a name of escaped control characters):
+/// 4096 keep the record well under the audit line cap (1 MiB), where a
+/// job that left 8 000 processes behind made a trigger record the log
+/// refused, and the stop ended in `audit_failure`.
+pub const NAMED_MAX: usize = 4096;
+
 /// A reason to stop the action (SPEC 3.5), with what the record says.
 #[derive(Clone, Debug)]
 pub struct Trigger {
@@ -14,8 +21,10 @@ pub struct Trigger {
     pub detail: String,
     /// The job behind it (deadline, caller lost, excess output).
     pub job: Option<u64>,
-    /// The processes behind it (abandoned or unprovable ones).
+    /// The processes behind it (abandoned or unprovable ones), the first
+    /// [`NAMED_MAX`] of them; `more` counts the rest.
     pub processes: Vec<Proc>,
+    pub more: u64,
     /// The watchdog signal behind a `signal` trigger.
     pub signal: Option<i32>,
     /// The action finishes as soon as the stop completes, without waiting
@@ -31,6 +40,7 @@ impl Trigger {
             detail: detail.into(),
             job: None,
             processes: Vec::new(),
+            more: 0,
             signal: None,
             finish: false,
         }
@@ -79,8 +89,17 @@ impl Trigger {
         }
     }
 
-    pub fn processes(self, processes: Vec<Proc>) -> Trigger {
-        Trigger { processes, ..self }
+    /// The processes behind it; the record names the first
+    /// [`NAMED_MAX`] and counts the rest (the stop signals every
+    /// one regardless: it finds them itself).
+    pub fn processes(self, mut processes: Vec<Proc>) -> Trigger {
+        let more = processes.len().saturating_sub(NAMED_MAX) as u64;
+        processes.truncate(NAMED_MAX);
+        Trigger {
+            processes,
+            more,
+            ..self
+        }
     }
 
     /// The action ends when the stop completes (see [`Trigger::finish`]).
@@ -101,6 +120,7 @@ impl Trigger {
             detail: bounded(&self.detail),
             job: self.job,
             processes: self.processes.clone(),
+            more_processes: (self.more > 0).then_some(self.more),
             priority,
         })
     }

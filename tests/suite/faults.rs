@@ -735,3 +735,53 @@ fn l_thousands_of_zombies_reaped_at_once_are_recorded() {
     let (code, v) = verify_log(&log, &[]);
     assert_eq!(code, 0, "{v:#}");
 }
+
+/// A job whose leader exits leaving 8 000 processes behind (each named
+/// with 15 control characters, 90 bytes once escaped): the `abandoned`
+/// trigger's record names the first 4096 and counts the rest, so it stays
+/// under the audit line cap (listing all 8 000, ~1.2 MiB, was refused by
+/// the log and the stop ended in `audit_failure`). The sweeps still name
+/// and stop every one; the run ends as an ordinary abandoned stop.
+#[test]
+fn l_thousands_left_behind_are_counted_not_all_named_by_the_trigger() {
+    const N: usize = 8_000;
+    let scratch = Scratch::new();
+    let log = scratch.path("audit.jsonl");
+    let child = Command::new(watchdog_bin())
+        .args(["exec", "--deadline", "120s", "--audit-log"])
+        .arg(&log)
+        .args(["--", "python3", &fixture("crowd.py"), &N.to_string()])
+        .env("TMPDIR", scratch.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = output_within(child, PATIENCE);
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    let recs = records(&log);
+    let triggers = of_kind(&recs, "stop_triggered");
+    let reasons: Vec<&Value> = triggers.iter().map(|t| &t["data"]["reason"]).collect();
+    assert_eq!(reasons, ["abandoned"], "one trigger, not an audit failure");
+    let named = triggers[0]["data"]["processes"].as_array().unwrap().len();
+    assert_eq!(named, 4096);
+    assert_eq!(triggers[0]["data"]["more_processes"], (N - 4096) as u64);
+    let crowd = "\u{1}".repeat(15);
+    let signalled: std::collections::HashSet<u64> = of_kind(&recs, "signal_sweep")
+        .iter()
+        .flat_map(|s| s["data"]["targets"].as_array().unwrap().iter())
+        .filter(|p| p["comm"] == crowd.as_str())
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        signalled.len(),
+        N,
+        "every one left behind was signalled by a sweep"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    let longest = text.lines().map(str::len).max().unwrap();
+    assert!(longest < 1 << 20, "a line of {longest} bytes");
+    let (code, v) = verify_log(&log, &[]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(v["stop_reason"], "abandoned");
+}

@@ -316,6 +316,7 @@ fn huge_sweep_log(path: &Path, parts: u32, per: u32) -> String {
         detail: "SIGTERM".into(),
         job: None,
         processes: Vec::new(),
+        more_processes: None,
         priority: Some(StopPriority::Unchanged),
     }));
     let mut pid = 100_000;

@@ -459,6 +459,8 @@ fn every_kind_events() -> Vec<Event> {
             } else {
                 vec![]
             },
+            // A trigger behind more processes than its record names.
+            more_processes: (i == 3).then_some(5000),
             priority: [
                 Some(StopPriority::Fifo),
                 Some(StopPriority::Nice),

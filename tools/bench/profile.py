@@ -47,7 +47,7 @@ def main():
     elif args.tool == "strace-T":
         spec["attach"] = ["strace", "-tt", "-T", "-o", "{scratch}/strace.txt", "-p", "{pid}"]
     elif args.tool == "perf":
-        spec["attach"] = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "20000", "-g", "-o", "{scratch}/perf.data", "-p", "{pid}"]
+        spec["attach"] = ["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-e", "cpu-clock", "-F", "10000", "-g", "-o", "{scratch}/perf.data", "-p", "{pid}"]
     elif args.tool == "perf-trace":
         # A timeline of syscalls with durations, at tracepoint cost (strace's
         # ptrace stops make every call ~60 us and hide where time goes).

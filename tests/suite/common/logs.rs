@@ -516,6 +516,7 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
                 detail,
                 job,
                 processes,
+                more_processes: None,
                 priority: Some(StopPriority::Fifo),
             }));
             if reason != StopReason::MappingRefused {
