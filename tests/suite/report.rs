@@ -44,7 +44,15 @@ const CHROMIUM_FLAGS: &[&str] = &[
     "--hide-scrollbars",
     "--component-updater=url-source=http://127.0.0.1:1/",
     "--gaia-url=http://127.0.0.1:1/",
-    "--disable-features=NetworkTimeServiceQuerying,SafeBrowsingHashPrefixRealTimeLookups",
+    // Chromium 148 (Debian 12's, on another machine of this CI) preconnects
+    // to the default search engine at start-up
+    // (`CONNECT www.google.com:443` at the proxy, before and after the
+    // page's load): both the features and the search engine's base URL
+    // must go, or one CONNECT is left. Only one --disable-features counts
+    // (the last), so every feature is in this one.
+    "--google-base-url=http://127.0.0.1:1/",
+    "--disable-features=NetworkTimeServiceQuerying,SafeBrowsingHashPrefixRealTimeLookups,\
+     PreconnectToSearch,PreconnectToSearchDesktop",
 ];
 
 /// Chromium on PATH, or the test fails saying how to get it.
