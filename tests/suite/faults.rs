@@ -696,6 +696,31 @@ fn requests_refused_and_hangup_logs_match_the_schema() {
     common::schema::assert_log_matches_schema(&w.audit_log);
 }
 
+/// `rea-watchdog exec --deadline 120s -- python3 fixtures/FIXTURE N`, its
+/// audit log at `audit.jsonl` in the scratch directory returned.
+fn exec_fixture(fixture_name: &str, n: usize) -> (Scratch, std::process::Output) {
+    let scratch = Scratch::new();
+    let child = Command::new(watchdog_bin())
+        .args(["exec", "--deadline", "120s", "--audit-log"])
+        .arg(scratch.path("audit.jsonl"))
+        .args(["--", "python3", &fixture(fixture_name), &n.to_string()])
+        .env("TMPDIR", scratch.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = output_within(child, PATIENCE);
+    (scratch, out)
+}
+
+/// Every line of the log is under the audit line cap (1 MiB).
+fn assert_lines_under_the_cap(log: &Path) {
+    let text = std::fs::read_to_string(log).unwrap();
+    let longest = text.lines().map(str::len).max().unwrap();
+    assert!(longest < 1 << 20, "a line of {longest} bytes");
+}
+
 /// A job that leaves 6 000 zombies at once: the watchdog reaps them in
 /// one round and records them in `reaped` records of at most 4096 each,
 /// so any number stays under the audit line cap (one record of 16 000,
@@ -705,19 +730,8 @@ fn requests_refused_and_hangup_logs_match_the_schema() {
 #[test]
 fn l_thousands_of_zombies_reaped_at_once_are_recorded() {
     const N: usize = 6_000;
-    let scratch = Scratch::new();
+    let (scratch, out) = exec_fixture("zombies.py", N);
     let log = scratch.path("audit.jsonl");
-    let child = Command::new(watchdog_bin())
-        .args(["exec", "--deadline", "120s", "--audit-log"])
-        .arg(&log)
-        .args(["--", "python3", &fixture("zombies.py"), &N.to_string()])
-        .env("TMPDIR", scratch.dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = output_within(child, PATIENCE);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let recs = records(&log);
     let reaped = of_kind(&recs, "reaped");
@@ -730,9 +744,7 @@ fn l_thousands_of_zombies_reaped_at_once_are_recorded() {
     for r in &reaped {
         assert!(r["data"]["processes"].as_array().unwrap().len() <= 4096);
     }
-    let text = std::fs::read_to_string(&log).unwrap();
-    let longest = text.lines().map(str::len).max().unwrap();
-    assert!(longest < 1 << 20, "a line of {longest} bytes");
+    assert_lines_under_the_cap(&log);
     let (code, v) = verify_log(&log, &[]);
     assert_eq!(code, 0, "{v:#}");
 }
@@ -746,19 +758,8 @@ fn l_thousands_of_zombies_reaped_at_once_are_recorded() {
 #[test]
 fn l_thousands_left_behind_are_counted_not_all_named_by_the_trigger() {
     const N: usize = 8_000;
-    let scratch = Scratch::new();
+    let (scratch, out) = exec_fixture("crowd.py", N);
     let log = scratch.path("audit.jsonl");
-    let child = Command::new(watchdog_bin())
-        .args(["exec", "--deadline", "120s", "--audit-log"])
-        .arg(&log)
-        .args(["--", "python3", &fixture("crowd.py"), &N.to_string()])
-        .env("TMPDIR", scratch.dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = output_within(child, PATIENCE);
     assert_eq!(out.status.code(), Some(124), "{out:?}");
     let recs = records(&log);
     let triggers = of_kind(&recs, "stop_triggered");
@@ -788,9 +789,7 @@ fn l_thousands_left_behind_are_counted_not_all_named_by_the_trigger() {
         .filter(|p| !signalled.contains(p) && !group_killed.contains(p))
         .count();
     assert_eq!(missed, 0, "{missed} were neither signalled nor killed");
-    let text = std::fs::read_to_string(&log).unwrap();
-    let longest = text.lines().map(str::len).max().unwrap();
-    assert!(longest < 1 << 20, "a line of {longest} bytes");
+    assert_lines_under_the_cap(&log);
     let (code, v) = verify_log(&log, &[]);
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(v["stop_reason"], "abandoned");
