@@ -696,12 +696,17 @@ fn requests_refused_and_hangup_logs_match_the_schema() {
     common::schema::assert_log_matches_schema(&w.audit_log);
 }
 
-/// `rea-watchdog exec --deadline 120s -- python3 fixtures/FIXTURE N`, its
-/// audit log at `audit.jsonl` in the scratch directory returned.
+/// `rea-watchdog exec --deadline 120s --kill-bound 60s -- python3
+/// fixtures/FIXTURE N`, its audit log at `audit.jsonl` in the scratch
+/// directory returned. The long kill bound: thousands of processes killed
+/// at once on a loaded machine (three such runs side by side left 2209 of
+/// 8 000 still exiting when the default 3 s ran out) must not make the
+/// stop end unproven, which these tests are not about.
 fn exec_fixture(fixture_name: &str, n: usize) -> (Scratch, std::process::Output) {
     let scratch = Scratch::new();
     let child = Command::new(watchdog_bin())
-        .args(["exec", "--deadline", "120s", "--audit-log"])
+        .args(["exec", "--deadline", "120s", "--kill-bound", "60s"])
+        .arg("--audit-log")
         .arg(scratch.path("audit.jsonl"))
         .args(["--", "python3", &fixture(fixture_name), &n.to_string()])
         .env("TMPDIR", scratch.dir.path())
@@ -760,8 +765,18 @@ fn l_thousands_left_behind_are_counted_not_all_named_by_the_trigger() {
     const N: usize = 8_000;
     let (scratch, out) = exec_fixture("crowd.py", N);
     let log = scratch.path("audit.jsonl");
-    assert_eq!(out.status.code(), Some(124), "{out:?}");
     let recs = records(&log);
+    let ends: Vec<String> = recs
+        .iter()
+        .filter(|r| !matches!(r["kind"].as_str(), Some("signal_sweep" | "reaped")))
+        .map(|r| {
+            format!("{} {}", r["kind"], r["data"])
+                .chars()
+                .take(300)
+                .collect()
+        })
+        .collect();
+    assert_eq!(out.status.code(), Some(124), "{out:?}\n{}", ends.join("\n"));
     let triggers = of_kind(&recs, "stop_triggered");
     let reasons: Vec<&Value> = triggers.iter().map(|t| &t["data"]["reason"]).collect();
     assert_eq!(reasons, ["abandoned"], "one trigger, not an audit failure");
