@@ -6,10 +6,17 @@
 //! very bytes verify judged (the same SHA-256 of the whole stream, the same
 //! length), the file's state did not change from the open to the last
 //! check (fstat: device, inode, size, mtime) and the path still
-//! names that file. A writer still appending, an edit in place, an append,
-//! a file renamed over the path: each is caught, between passes or during
-//! one ([`Log::changed`]), and the caller says the log changed (exit
-//! status 3).
+//! names that file. An edit in place, an append to a finished log, a file
+//! renamed over the path: each is caught, between passes or during one
+//! ([`Log::changed`]), and the caller says the log changed (exit status 3).
+//!
+//! A log its watchdog is still writing grows while it is read, and that
+//! is no change to what is shown: every pass after verify's reads exactly
+//! the bytes verify's read (no more), and when verify found the log
+//! unfinished (`incomplete`: no receipt yet, or a record half written), a
+//! file that only grew past them is still the one verify judged
+//! ([`Log::grew`] says by how much, for the caller to say so). A finished
+//! log never grows: for it, growth is a change.
 
 use std::fs::{File, Metadata};
 use std::io::{self, Read, Seek};
@@ -32,6 +39,8 @@ pub struct Pass {
 /// The log's bytes as a pass reads them, hashed and counted on the way.
 pub struct Tee<'a> {
     f: &'a File,
+    /// Bytes this pass may still read (`None`: up to the end of the file).
+    left: Option<u64>,
     hash: Sha256,
     bytes: u64,
     newlines: u64,
@@ -40,11 +49,18 @@ pub struct Tee<'a> {
 
 impl Read for Tee<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self.f.read(buf) {
+        let want = match self.left {
+            Some(left) => buf.len().min(usize::try_from(left).unwrap_or(usize::MAX)),
+            None => buf.len(),
+        };
+        match self.f.read(&mut buf[..want]) {
             Ok(n) => {
                 let got = &buf[..n];
                 self.hash.update(got);
                 self.bytes += n as u64;
+                if let Some(left) = &mut self.left {
+                    *left -= n as u64;
+                }
                 self.newlines += got.iter().filter(|&&b| b == b'\n').count() as u64;
                 Ok(n)
             }
@@ -136,16 +152,19 @@ impl Log {
         Ok(out)
     }
 
-    /// One pass over the whole log from its start: `read` reads from the
-    /// reader it is given (what it leaves unread is read here, so that the
-    /// pass covers every byte). `Err` is an error reading the log;
-    /// `read`'s own result is returned as it is.
+    /// One pass over the log from its start: the first (verify's) to the
+    /// end of the file, each later one over the bytes the first read and
+    /// no more (so that a log still being written reads the same in every
+    /// pass). `read` reads from the reader it is given (what it leaves
+    /// unread is read here, so that the pass covers every byte). `Err` is
+    /// an error reading the log; `read`'s own result is returned as it is.
     pub fn pass<T>(&mut self, read: impl FnOnce(&mut Tee<'_>) -> T) -> io::Result<T> {
         if self.first.is_some() {
             (&self.f).rewind()?;
         }
         let mut tee = Tee {
             f: &self.f,
+            left: self.first.as_ref().map(|p| p.bytes),
             hash: Sha256::new(),
             bytes: 0,
             newlines: 0,
@@ -188,9 +207,12 @@ impl Log {
 
     /// Why what the passes read cannot be taken for one state of the log:
     /// they differ, or the file changed (or its path now names another
-    /// file) since the open. `None`: every pass read the same bytes, and
-    /// the file is as it was.
-    pub fn changed(&self) -> Option<String> {
+    /// file) since the open. `still_written`: verify found the log
+    /// unfinished (its exit status 2), so a file that only grew past the
+    /// bytes verify read is its writer appending, not a change. `None`:
+    /// every pass read the same bytes, and the file is as it was (or, still
+    /// written, it only grew: [`Log::grew`]).
+    pub fn changed(&self, still_written: bool) -> Option<String> {
         if let Some(why) = &self.differs {
             return Some(why.clone());
         }
@@ -198,7 +220,12 @@ impl Log {
             Ok(m) => Stamp::of(&m),
             Err(e) => return Some(format!("it could not be looked at again: {e}")),
         };
-        if now != self.opened {
+        let judged = self.first.as_ref().map_or(self.opened.size, |p| p.bytes);
+        let grew_only = still_written
+            && (now.dev, now.ino) == (self.opened.dev, self.opened.ino)
+            && now.size >= judged
+            && judged >= self.opened.size;
+        if now != self.opened && !grew_only {
             return Some(if now.size != self.opened.size {
                 format!(
                     "its size went from {} to {} bytes",
@@ -214,4 +241,36 @@ impl Log {
             Err(e) => Some(format!("its path no longer leads to it: {e}")),
         }
     }
+
+    /// The log grew past what verify read: `(judged, now)`, the bytes
+    /// verify read and the file's size now. Only meaningful where
+    /// [`Log::changed`] said `None` for a log still written; `None` when
+    /// it did not grow (or cannot be looked at).
+    fn grew(&self) -> Option<(u64, u64)> {
+        let judged = self.first.as_ref()?.bytes;
+        let now = self.f.metadata().ok()?.len();
+        (now > judged).then_some((judged, now))
+    }
+
+    /// [`Log::changed`] and [`Log::grew`] looked at together, once: what
+    /// the caller says at the end of its reading.
+    pub fn ending(&self, still_written: bool) -> Ending {
+        match (self.changed(still_written), self.grew()) {
+            (Some(why), _) => Ending::Changed(why),
+            (None, Some((judged, now))) => Ending::Grew { judged, now },
+            (None, None) => Ending::Still,
+        }
+    }
+}
+
+/// How a reading ended (see [`Log::ending`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Every pass read the bytes verify judged; the file is as it was.
+    Still,
+    /// The same, for a log still being written that grew from `judged`
+    /// bytes (what verify read, and all that was shown) to `now`.
+    Grew { judged: u64, now: u64 },
+    /// What was shown cannot be taken for what verify judged: why.
+    Changed(String),
 }

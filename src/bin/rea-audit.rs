@@ -398,7 +398,9 @@ is escaped. Memory is bounded whatever the log's size.
 The log is opened once and read through that descriptor only: verify
 judges exactly the bytes that are drawn. If the readings differ, or the
 file changes or is replaced while it is read, the page says LOG CHANGED
-WHILE READ, draws nothing from the log, and the exit status is 3.
+WHILE READ, draws nothing from the log, and the exit status is 3. A log
+still being written (incomplete) may grow meanwhile: the page draws the
+bytes verify read and says how many.
 
 Exit codes: verify's for the log, the page written in each case:
   0  delete_allowed  (a discard log: discarded)
@@ -420,15 +422,18 @@ head (sealed or not), the reasons. Then one line per log line: seq, time
 since the first record, kind, and what it says in plain words (a nested
 launcher is named by the job that asked for it). A tampered log is shown,
 and said to be tampered, first. Exit status: verify's (0 delete_allowed);
-3, said on stderr, when the log changed while it was read (a writer still
-appending, an edit, another file renamed over the path).";
+3, said on stderr, when the log changed while it was read (an edit,
+records appended to a finished log, another file renamed over the path).
+A log its watchdog is still writing (verify: incomplete, 2) may grow while
+read: what is printed is what verify judged, and stderr says how much more
+there is now (with --json, a last member log_grew).";
 
 /// `rea-audit show`: verification first, then the timeline, both read
 /// through one descriptor ([`rea::audit::passes`]): the lines shown are
 /// the bytes verify judged, or the exit status says the log changed.
 fn show(path: &std::path::Path, json: bool) -> ExitCode {
     use rea::audit::checked::check;
-    use rea::audit::passes::Log;
+    use rea::audit::passes::{Ending, Log};
     use rea::audit::show::{each_line, header, started};
     let name = path.display().to_string();
     let unreadable = |e: &dyn std::fmt::Display| usage(&format!("{}: {e}", escape(&name)));
@@ -446,9 +451,14 @@ fn show(path: &std::path::Path, json: bool) -> ExitCode {
         Err(e) => return unreadable(&e),
     };
     let code = verdict["exit_code"].as_u64().unwrap_or(4).min(255) as u8;
+    // Unfinished: its watchdog may still be appending (see `passes`).
+    let still_written = code == 2;
     let first = started(&start[..]);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
+    // How the reading ended, looked at once: the document and the exit
+    // status say the same.
+    let mut end: Option<Ending> = None;
     let done = if json {
         // Streamed, line by line: memory stays bounded by the line cap.
         let opening = serde_json::json!({"log": name, "started": first, "verdict": verdict});
@@ -473,9 +483,16 @@ fn show(path: &std::path::Path, json: bool) -> ExitCode {
             (Err(e), _) | (Ok(()), Some(e)) => Err(e),
             // The document itself says when its lines are not what the
             // verdict judged, not only the exit status.
-            (Ok(()), None) => match log.changed() {
-                None => writeln!(out, "]}}"),
-                Some(why) => writeln!(out, "],\"log_changed\":{}}}", serde_json::json!(why)),
+            (Ok(()), None) => match end.insert(log.ending(still_written)) {
+                Ending::Still => writeln!(out, "]}}"),
+                Ending::Grew { judged, now } => writeln!(
+                    out,
+                    "],\"log_grew\":{}}}",
+                    serde_json::json!({"judged_bytes": judged, "bytes_now": now})
+                ),
+                Ending::Changed(why) => {
+                    writeln!(out, "],\"log_changed\":{}}}", serde_json::json!(why))
+                }
             },
         }
     } else {
@@ -490,14 +507,25 @@ fn show(path: &std::path::Path, json: bool) -> ExitCode {
     if let Err(e) = done.and_then(|()| out.flush()) {
         return unreadable(&e);
     }
-    if let Some(why) = log.changed() {
-        eprintln!(
-            "rea-audit: {}: the log changed while it was read ({}): what was printed \
-             is not what verify judged; show it again once it is still",
-            escape(&name),
-            escape(&why)
-        );
-        return ExitCode::from(3);
+    match end.unwrap_or_else(|| log.ending(still_written)) {
+        Ending::Still => ExitCode::from(code),
+        Ending::Grew { judged, now } => {
+            eprintln!(
+                "rea-audit: {}: still being written: it grew from {judged} to {now} bytes \
+                 while it was read; what was printed is what verify judged, its first \
+                 {judged} bytes; show it again for the rest",
+                escape(&name)
+            );
+            ExitCode::from(code)
+        }
+        Ending::Changed(why) => {
+            eprintln!(
+                "rea-audit: {}: the log changed while it was read ({}): what was printed \
+                 is not what verify judged; show it again once it is still",
+                escape(&name),
+                escape(&why)
+            );
+            ExitCode::from(3)
+        }
     }
-    ExitCode::from(code)
 }

@@ -93,6 +93,8 @@ struct Facts {
     lines: u64,
     /// Bytes after the last newline (the table shows them as a row).
     torn: bool,
+    /// The bytes verify read (every pass reads these, and no more).
+    bytes: u64,
 }
 
 fn gather<R: Read>(r: R) -> io::Result<Facts> {
@@ -188,6 +190,7 @@ fn top(opts: &Options, c: &Checked, facts: &Facts) -> String {
     let cx = verdict::Context {
         pinned: opts.expect_head.is_some(),
         rows: rows(facts),
+        judged_bytes: facts.bytes,
     };
     s.push_str(&verdict::banner(c, &cx));
     s.push_str(&section("run", "The run", untrusted));
@@ -374,9 +377,13 @@ pub fn run(opts: &Options) -> Result<i32, Failure> {
         .pass(|r| gather(r))
         .map_err(|e| read_failed(&e))?
         .map_err(|e| read_failed(&e))?;
+    let mut facts = facts;
+    facts.bytes = log.first().map_or(0, |p| p.bytes);
     let verify_newlines = log.first().map(|p| p.newlines);
+    // Unfinished: its watchdog may still be appending (see `passes`).
+    let still_written = c.exit_code() == 2;
     let mut changed = log
-        .changed()
+        .changed(still_written)
         .or_else(|| disagrees(&c, &facts, verify_newlines));
     // No wider permissions than the log's own: the page tells what it tells.
     let mode = (log.meta().permissions().mode() & 0o666) | 0o600;
@@ -386,7 +393,7 @@ pub fn run(opts: &Options) -> Result<i32, Failure> {
         let mut out = io::BufWriter::new(sink.file());
         write_page(&mut out, opts, &c, &facts, &mut log)?;
         drop(out);
-        changed = log.changed();
+        changed = log.changed(still_written);
         if changed.is_some() {
             sink.restart()?;
         }

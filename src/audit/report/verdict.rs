@@ -22,6 +22,9 @@ pub struct Context {
     pub pinned: bool,
     /// Rows of the table below (`#line-N` exists for N up to this).
     pub rows: u64,
+    /// The bytes verify read: all the page shows (a log still being
+    /// written may have more by now).
+    pub judged_bytes: u64,
 }
 
 /// The banner: green for delete_allowed and discarded, amber for retain,
@@ -74,6 +77,15 @@ pub fn banner(c: &Checked, cx: &Context) -> String {
         s.push_str(
             "<p>The log is not what the watchdog wrote (or its head is not the pinned \
 one). Nothing below can be relied on; it is shown only so that the edit can be found.</p>\n",
+        );
+    }
+    if code == 2 {
+        let _ = writeln!(
+            s,
+            "<p class=\"still\">The log is unfinished: its writer may still be appending to it. \
+This page shows its first {} bytes, the ones verify judged; make the report again for what \
+came after.</p>",
+            cx.judged_bytes
         );
     }
     if !cx.pinned {

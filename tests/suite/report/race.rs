@@ -349,3 +349,140 @@ fn a_link_made_while_read_changes_nothing_shown() {
     assert!(link.exists(), "the shim made the link: {out:?}");
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
+
+/// A log its watchdog is still writing (no receipt yet: verify says
+/// incomplete, 2) whose last two records, real ones, land between verify's
+/// pass and the next: the writer appending, not a change. `show` prints
+/// what verify judged and says on stderr (and, with --json, in the
+/// document) how much more there is now; `report` draws the judged bytes
+/// and says so. Exit status 2 (verify's), never 3.
+#[test]
+fn a_log_still_written_may_grow_while_read() {
+    let whole = build(&LogOpts {
+        seal: false,
+        ..LogOpts::closed("race-growing")
+    });
+    let path = whole.path.canonicalize().unwrap();
+    let lines = read_lines(&path);
+    let cut = lines.len() - 2;
+    let more = path.with_file_name("more.jsonl");
+    write_lines(&more, &lines[cut..]);
+    let reset = || write_lines(&path, &lines[..cut]);
+    let judged = {
+        reset();
+        std::fs::metadata(&path).unwrap().len()
+    };
+    let grew = |out: &Output| {
+        assert_eq!(
+            std::fs::read(&path).unwrap().len() as u64,
+            judged + std::fs::metadata(&more).unwrap().len(),
+            "the shim appended the last two records: {out:?}"
+        );
+    };
+    let loaded = whole.dir.path().join("shim-loaded");
+
+    let mut cmd = Command::new(audit_bin());
+    cmd.arg("show").arg(&path);
+    let out = under_shim(cmd, &path, &loaded, "append", &more, 1);
+    grew(&out);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("still being written: it grew from {judged} to ")),
+        "{err}"
+    );
+    assert!(!err.contains("changed while"), "{err}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("incomplete"), "{text}");
+
+    reset();
+    let mut cmd = Command::new(audit_bin());
+    cmd.args(["show", "--json"]).arg(&path);
+    let out = under_shim(cmd, &path, &loaded, "append", &more, 1);
+    grew(&out);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    common::schema::assert_valid(common::schema::show_validator(), &doc, "show --json");
+    assert!(doc.get("log_changed").is_none(), "{doc:#}");
+    assert_eq!(doc["log_grew"]["judged_bytes"], judged, "{doc:#}");
+    assert!(
+        doc["log_grew"]["bytes_now"].as_u64().unwrap() > judged,
+        "{doc:#}"
+    );
+    assert_eq!(
+        doc["lines"].as_array().unwrap().len(),
+        cut,
+        "the lines verify judged, and only those: {doc:#}"
+    );
+
+    for at in [1, 2] {
+        reset();
+        let page = whole.dir.path().join(format!("growing-{at}.html"));
+        let out = raced(&path, &page, "append", &more, at);
+        grew(&out);
+        assert_eq!(out.status.code(), Some(2), "rewind {at}: {out:?}");
+        let html = std::fs::read_to_string(&page).unwrap();
+        let b = banner(&html);
+        assert!(b.contains("data-exit=\"2\""), "{b}");
+        assert!(
+            b.contains(&format!("This page shows its first {judged} bytes")),
+            "{b}"
+        );
+        assert!(!html.contains("LOG CHANGED"), "{html}");
+        assert!(html.contains("<table class=\"records\">"), "{html}");
+    }
+}
+
+/// An unfinished log (no receipt: verify says incomplete), its canonical
+/// path, and a copy with one job's argv edited in place (not re-chained).
+fn unfinished(run: &str) -> (BuiltLog, PathBuf, PathBuf) {
+    let l = build(&LogOpts {
+        seal: false,
+        ..LogOpts::closed(run)
+    });
+    let path = l.path.canonicalize().unwrap();
+    let mut lines = read_lines(&path);
+    let i = l.line_of("job_spawned", 0) - 1;
+    lines[i] = replace_once(
+        &lines[i],
+        "/opt/hopper/",
+        format!("/opt/{EDIT}/").as_bytes(),
+    );
+    let edited = path.with_file_name("edited.jsonl");
+    write_lines(&edited, &lines);
+    (l, path, edited)
+}
+
+/// The leniency is for growth alone: an unfinished log rewritten in place
+/// while read is a change (exit status 3), as a finished one is.
+#[test]
+fn a_log_still_written_rewritten_in_place_is_a_change() {
+    let (l, path, edited) = unfinished("race-unfinished-show");
+    let mut cmd = Command::new(audit_bin());
+    cmd.arg("show").arg(&path);
+    let out = under_shim(
+        cmd,
+        &path,
+        &l.dir.path().join("shim-loaded"),
+        "rewrite",
+        &edited,
+        1,
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        std::fs::read(&edited).unwrap()
+    );
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("changed while it was read"), "{err}");
+    assert!(!err.contains("still being written"), "{err}");
+
+    let (l, path, edited) = unfinished("race-unfinished-report");
+    let page = l.dir.path().join("rewrite.html");
+    let out = raced(&path, &page, "rewrite", &edited, 1);
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        std::fs::read(&edited).unwrap()
+    );
+    said_changed(&out, &page);
+}
