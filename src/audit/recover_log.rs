@@ -287,9 +287,9 @@ impl RecoveryVerdict {
     }
 }
 
-/// One line of a recovery log for `rea-audit show` (`None`: not one).
-pub fn show_line(line: &[u8]) -> Option<String> {
-    let w: Wire = serde_json::from_slice(line).ok()?;
+/// What one record of a recovery log says, for `rea-audit show` (`None`:
+/// not one; show prints its seq, time and kind itself).
+pub(crate) fn show_line(w: &Wire) -> Option<String> {
     let ev = RecoveryEvent::parse(&w.kind, w.data.get())?.ok()?;
     let what = match &ev {
         RecoveryEvent::Started(s) => format!(
@@ -341,5 +341,5 @@ pub fn show_line(line: &[u8]) -> Option<String> {
             format!("{} {}", people::word(&d.outcome), codes.join(", "))
         }
     };
-    Some(format!("{:>5} {:<22} {what}", w.seq, w.kind))
+    Some(what)
 }

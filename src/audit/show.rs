@@ -8,7 +8,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{self, Write};
 
 use super::people::{self, cut, word};
-use super::reader::{parse_line, read_lines, Piece};
+use super::reader::{parse_line, read_lines, Piece, Wire};
 use super::record::{AskEnd, Event, HoldersScanned, Ident, JobSpawned, Proc, TempEntry};
 use super::writer::MAX_LINE;
 
@@ -429,11 +429,26 @@ pub fn each_line<R: io::Read>(r: R, mut each: impl FnMut(ShowLine)) -> io::Resul
                         text,
                     }
                 }
-                Err(e) => plain(
-                    super::stage_log::show_line(line)
-                        .or_else(|| super::recover_log::show_line(line))
-                        .unwrap_or_else(|| format!("unreadable ({}: {})", word(&e.code), e.detail)),
-                ),
+                // Not a watchdog's record: a discard log's or a recovery
+                // log's (same envelope, their own kinds), or unreadable.
+                Err(e) => match serde_json::from_slice::<Wire>(line).ok().and_then(|w| {
+                    let text = super::stage_log::show_line(&w)
+                        .or_else(|| super::recover_log::show_line(&w))?;
+                    Some((w, text))
+                }) {
+                    Some((w, text)) => {
+                        let t0 = *t0.get_or_insert(w.mono_ns);
+                        let us = w.mono_ns.saturating_sub(t0) / 1000;
+                        ShowLine {
+                            line: n,
+                            seq: Some(w.seq),
+                            at_ms: Some(us as f64 / 1000.0),
+                            kind: Some(w.kind.into_owned()),
+                            text,
+                        }
+                    }
+                    None => plain(format!("unreadable ({}: {})", word(&e.code), e.detail)),
+                },
             },
         };
         each(shown);
@@ -549,9 +564,11 @@ pub fn started<R: io::Read>(r: R) -> Option<String> {
     let mut first = None;
     let _ = read_lines(r.take(MAX_LINE as u64 + 1), |piece| {
         if let (None, Piece::Line(line)) = (&first, piece) {
+            // The envelope alone: a discard or recovery log's first
+            // record has its time where a watchdog's has.
             first = Some(
-                parse_line(line)
-                    .map(|rec| rec.ts.into_owned())
+                serde_json::from_slice::<Wire>(line)
+                    .map(|w| w.ts.into_owned())
                     .unwrap_or_default(),
             );
         }

@@ -552,9 +552,9 @@ impl StageVerdict {
     }
 }
 
-/// One line of a discard log for `rea-audit show` (`None`: not one).
-pub fn show_line(line: &[u8]) -> Option<String> {
-    let w: Wire = serde_json::from_slice(line).ok()?;
+/// What one record of a discard log says, for `rea-audit show` (`None`:
+/// not one; show prints its seq, time and kind itself).
+pub(crate) fn show_line(w: &Wire) -> Option<String> {
     let ev = StageEvent::parse(&w.kind, w.data.get())?.ok()?;
     let what = match &ev {
         StageEvent::Started(s) => format!("stage {} receipt {}", s.stage, s.receipt_sha256),
@@ -573,5 +573,5 @@ pub fn show_line(line: &[u8]) -> Option<String> {
             format!("{:?} {}", d.outcome, codes.join(", "))
         }
     };
-    Some(format!("{:>5} {:<22} {what}", w.seq, w.kind))
+    Some(what)
 }

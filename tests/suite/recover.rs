@@ -190,6 +190,19 @@ fn a_lost_watchdog_is_recovered_through_its_group() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "show exits as verify: {out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("recovery_decided"));
+    let out = Command::new(audit_bin())
+        .args(["show", "--json"])
+        .arg(&new)
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["started"].is_string(), "{doc:#}");
+    for l in doc["lines"].as_array().unwrap() {
+        assert!(
+            l["seq"].is_u64() && l["kind"].is_string(),
+            "a record, seq and kind: {l}"
+        );
+    }
 
     // Afterwards the group is gone: reconcile says so (review), and a
     // second recover refuses, killing nothing.

@@ -286,6 +286,62 @@ fn untouched_stage_with_all_four_files_is_discarded() {
     );
 }
 
+/// `rea-audit show` reads a discard log as it reads a watchdog's: each
+/// record's seq, time since the first and kind in their own columns (and
+/// members of `--json`), the run's start time in the header; not every
+/// line as "line N:" with nulls in the document.
+#[test]
+fn show_gives_a_discard_logs_records_their_seq_time_and_kind() {
+    let f = Fixture::new(&FILES);
+    assert_discarded(&f, 4);
+    let recs = stage_records(&f.log);
+    let out = Command::new(env!("CARGO_BIN_EXE_rea-audit"))
+        .args(["show", "--json", s(&f.log)])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    common::schema::assert_valid(common::schema::show_validator(), &doc, "show --json");
+    assert_eq!(doc["started"], recs[0]["ts"], "{doc:#}");
+    let lines = doc["lines"].as_array().unwrap();
+    assert_eq!(lines.len(), recs.len(), "{doc:#}");
+    for (l, r) in lines.iter().zip(&recs) {
+        assert_eq!(l["seq"], r["seq"], "{l}");
+        assert_eq!(l["kind"], r["kind"], "{l}");
+        assert!(l["at_ms"].as_f64().is_some_and(|ms| ms >= 0.0), "{l}");
+        let seq_and_kind = format!("{:>5} {}", r["seq"], r["kind"].as_str().unwrap());
+        assert!(
+            !l["text"].as_str().unwrap().contains(&seq_and_kind),
+            "seq and kind in their members, not in the text: {l}"
+        );
+    }
+    assert!(
+        lines[lines.len() - 1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Discarded"),
+        "{doc:#}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_rea-audit"))
+        .args(["show", s(&f.log)])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("line 1:"), "{text}");
+    assert!(
+        text.contains(&format!(", started {}", recs[0]["ts"].as_str().unwrap())),
+        "{text}"
+    );
+    let first = text
+        .lines()
+        .find(|l| l.contains("discard_started"))
+        .unwrap();
+    assert!(
+        first.trim_start().starts_with("0 ") && first.contains("ms  discard_started"),
+        "{first}"
+    );
+}
+
 #[test]
 fn a_partial_upload_two_of_four_is_discarded() {
     let f = Fixture::new(&FILES[..2]);
