@@ -32,7 +32,37 @@ pub struct Containment {
 #[serde(deny_unknown_fields)]
 pub struct GroupKill {
     pub ino: u64,
+    /// The first [`GROUP_KILL_NAMED`] members (pids, as `cgroup.procs`
+    /// lists them).
     pub members: Vec<i32>,
+    /// How many more members the group had (absent when none): a fork
+    /// bomb's group can hold more pids than a record may (`pid_max` is
+    /// 4 194 304 on many hosts; at ~8 bytes a pid, 131 072 of them pass
+    /// the 1 MiB line cap). `cgroup.kill` kills them all either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub more_members: Option<u64>,
+}
+
+/// Members a `group_kill` record names at most: ~130 KiB of pids.
+pub const GROUP_KILL_NAMED: usize = 16_384;
+
+impl GroupKill {
+    /// The record for group `ino` whose members are `pids`: the first
+    /// [`GROUP_KILL_NAMED`] named, the rest counted.
+    pub fn of(ino: u64, mut pids: Vec<i32>) -> GroupKill {
+        let more = pids.len().saturating_sub(GROUP_KILL_NAMED) as u64;
+        pids.truncate(GROUP_KILL_NAMED);
+        GroupKill {
+            ino,
+            members: pids,
+            more_members: (more > 0).then_some(more),
+        }
+    }
+
+    /// Every member the group had: named and counted.
+    pub fn total(&self) -> u64 {
+        self.members.len() as u64 + self.more_members.unwrap_or(0)
+    }
 }
 
 /// `cgroup.kill` could not be written (the sweeps go on as in `none`).
@@ -93,4 +123,36 @@ pub struct GroupSeen {
     /// The inode the name has now, when it names a directory.
     pub ino_now: Option<u64>,
     pub detail: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::writer::MAX_LINE;
+
+    /// A fork bomb's group on a host whose `pid_max` is 4 194 304: 200 000
+    /// seven-digit pids. All of them in one record pass the line cap (the
+    /// log would refuse it and the stop end in `audit_failure`); the
+    /// record names the first 16 384, counts the rest, and fits with room
+    /// to spare for the envelope.
+    #[test]
+    fn a_fork_bombs_group_kill_is_counted_not_all_named() {
+        let pids: Vec<i32> = (0..200_000).map(|i| 4_000_000 + i).collect();
+        let all = GroupKill {
+            ino: 7,
+            members: pids.clone(),
+            more_members: None,
+        };
+        assert!(serde_json::to_vec(&all).unwrap().len() > MAX_LINE);
+        let k = GroupKill::of(7, pids.clone());
+        assert_eq!(k.members[..], pids[..GROUP_KILL_NAMED]);
+        assert_eq!(k.more_members, Some(200_000 - GROUP_KILL_NAMED as u64));
+        assert_eq!(k.total(), 200_000);
+        assert!(serde_json::to_vec(&k).unwrap().len() + 4096 < MAX_LINE);
+        let few = GroupKill::of(7, vec![41, 42]);
+        assert_eq!((few.members, few.more_members), (vec![41, 42], None));
+        assert!(!serde_json::to_string(&GroupKill::of(7, vec![1]))
+            .unwrap()
+            .contains("more_members"));
+    }
 }

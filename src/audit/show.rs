@@ -232,7 +232,7 @@ pub fn summary(ev: &Event) -> String {
         Event::GroupKill(k) => format!(
             "cgroup.kill of group inode {} ({} members)",
             k.ino,
-            k.members.len()
+            k.total()
         ),
         Event::GroupKillFailed(k) => {
             format!("cgroup.kill of inode {} failed: errno {} {}", k.ino, k.errno, k.detail)

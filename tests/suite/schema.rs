@@ -633,6 +633,12 @@ fn every_kind_events() -> Vec<Event> {
         Event::GroupKill(GroupKill {
             ino: 2571,
             members: vec![4130, 4131],
+            more_members: None,
+        }),
+        Event::GroupKill(GroupKill {
+            ino: 2571,
+            members: vec![4130, 4131],
+            more_members: Some(70_000),
         }),
         Event::GroupKillFailed(GroupKillFailed {
             ino: 2571,

@@ -208,14 +208,14 @@ impl Timeline {
             Event::GroupKill(k) => {
                 let mut mk = m(
                     MarkKind::GroupKill,
-                    format!("cgroup.kill {}", k.members.len()),
+                    format!("cgroup.kill {}", k.total()),
                     format!(
                         "cgroup.kill of group inode {} ({} members)",
                         k.ino,
-                        k.members.len()
+                        k.total()
                     ),
                 );
-                mk.count = k.members.len() as u64;
+                mk.count = k.total();
                 self.mark(mk);
             }
             Event::StopCompleted(s) => {

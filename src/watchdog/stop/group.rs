@@ -26,10 +26,7 @@ pub fn add_members(g: &ActionGroup, scan: &mut Vec<Stat>) -> std::io::Result<()>
 /// The record made durable before `cgroup.kill` is written (like a
 /// sweep's): the group and the members it has just before.
 pub fn kill_record(g: &ActionGroup) -> Event {
-    Event::GroupKill(GroupKill {
-        ino: g.ino(),
-        members: g.members().unwrap_or_default(),
-    })
+    Event::GroupKill(GroupKill::of(g.ino(), g.members().unwrap_or_default()))
 }
 
 /// Writes `cgroup.kill`; the record of its failure, if it failed (the
