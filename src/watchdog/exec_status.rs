@@ -67,9 +67,22 @@ pub fn tell(fin: &Finished, program: &OsStr) {
         Some(ExecResult::Failed(RefusalReason::NotExecutable)) => Some("Permission denied"),
         _ => None,
     };
-    if let Some(why) = why {
-        let name = Path::new(program).display();
-        crate::tell::note(format_args!("failed to run command '{name}': {why}"));
+    let name = Path::new(program).display();
+    match (why, fin.exec) {
+        (Some(why), _) => {
+            crate::tell::note(format_args!("failed to run command '{name}': {why}"));
+        }
+        // Any other failure to start it (a fork refused at the process
+        // limit, an exec the kernel refused): never a silent 125.
+        (None, Some(ExecResult::Failed(reason))) => {
+            crate::tell::note(format_args!(
+                "could not start command '{name}': {} (the audit log's job_failed record \
+                 has the detail: {})",
+                reason.as_str(),
+                fin.audit_log.display()
+            ));
+        }
+        _ => {}
     }
     if let Some(head) = &fin.head {
         crate::tell::note(format_args!("sealed head {head}"));

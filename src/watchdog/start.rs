@@ -115,9 +115,31 @@ fn bind_root(choice: &RootChoice, uid: u32) -> Result<Root, String> {
     }
 }
 
+/// `/proc` must be the one of this process's PID namespace: every
+/// identity the watchdog reads (its own, the root's, each member's start
+/// time) comes from `/proc/PID`, and pidfds are opened by pid in this
+/// namespace. A `/proc` mounted for another namespace (`unshare --pid
+/// --fork` without `--mount-proc`) names other processes by the same
+/// numbers: the watchdog would bind the wrong root and find no job.
+/// `/proc/self` names this process by the number that `/proc` knows it by.
+fn proc_is_ours() -> Result<(), String> {
+    let me = std::process::id();
+    match std::fs::read_link("/proc/self") {
+        Ok(p) if p.as_os_str() == me.to_string().as_str() => Ok(()),
+        Ok(p) => Err(format!(
+            "/proc belongs to another PID namespace (it knows this process as {}, \
+             which is pid {me} here): mount a proc for this namespace first \
+             (unshare --pid --fork --mount-proc)",
+            p.display()
+        )),
+        Err(e) => Err(format!("/proc/self: {e} (is /proc mounted?)")),
+    }
+}
+
 /// Steps 1-3 plus the limits and signals. `new_session` is false for exec,
 /// which stays in its caller's process group so Ctrl-C reaches it.
 pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String> {
+    proc_is_ours()?;
     let uid = nix::unistd::getuid().as_raw();
     if nix::unistd::geteuid().as_raw() != uid {
         return Err("real and effective uid differ; run rea-watchdog as one user".into());

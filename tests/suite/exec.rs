@@ -296,6 +296,96 @@ fn exec_exit_125_on_its_own_failure_launches_nothing() {
     e2.assert_state_removed();
 }
 
+/// `unshare --pid --fork` without `--mount-proc`: the watchdog is pid 1
+/// of a new namespace, but `/proc` is the old one's, where pid 1 and every
+/// other number name other processes. It refuses to start, says how to
+/// fix it, and creates and launches nothing (it used to bind the outer
+/// namespace's pid 1 as its root and end in a bare 125, `spawn_failed`).
+#[test]
+fn exec_refuses_to_start_under_a_proc_of_another_pid_namespace() {
+    if skip_outside_pid_ns("exec under a foreign /proc") {
+        return;
+    }
+    let e = Exec::new();
+    let marker = e.scratch.path("launched");
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork"])
+        .arg(watchdog_bin())
+        .args(["exec", "--contain", "none", "--audit-log"])
+        .arg(&e.log)
+        .args(["--", "/usr/bin/touch"])
+        .arg(&marker)
+        .output()
+        .expect("unshare (util-linux)");
+    assert_eq!(code(&out), Some(125), "{out:?}");
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("/proc belongs to another PID namespace"),
+        "{err}"
+    );
+    assert!(err.contains("--mount-proc"), "{err}");
+    assert!(!marker.exists(), "nothing may be launched");
+    assert!(!e.log.exists(), "nothing is created");
+    // The control: the same with --mount-proc runs the command.
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(watchdog_bin())
+        .args(["exec", "--contain", "none", "--audit-log"])
+        .arg(&e.log)
+        .args(["--", "/usr/bin/touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), Some(0), "{out:?}");
+    assert!(marker.exists());
+}
+
+/// A command that cannot be started for a reason other than "not found"
+/// or "not executable" (here: the fork refused, the user at its process
+/// limit) gets a message naming the reason and the log, not a bare 125.
+#[test]
+fn exec_says_why_a_command_could_not_be_started() {
+    if skip_outside_pid_ns("exec at the process limit") {
+        return;
+    }
+    let e = Exec::new();
+    std::fs::set_permissions(e.scratch.dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let marker = e.scratch.path("launched");
+    // As nobody, whose limit of one process the watchdog itself uses up;
+    // the shell is the root controller (the watchdog's parent, same uid).
+    let script = format!(
+        "prlimit --nproc=1 {} exec --contain none --audit-log {} -- /usr/bin/touch {}",
+        watchdog_bin(),
+        e.log.display(),
+        marker.display()
+    );
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+        ])
+        .arg(&script)
+        .output()
+        .expect("setpriv (util-linux)");
+    assert_eq!(code(&out), Some(125), "{out:?}");
+    let err = stderr_of(&out);
+    let said = format!(
+        "rea-watchdog: could not start command '/usr/bin/touch': spawn_failed (the audit log's \
+         job_failed record has the detail: {})",
+        e.log.display()
+    );
+    assert!(err.contains(&said), "{err}");
+    assert!(!marker.exists(), "nothing was launched");
+    let records = e.records();
+    let failed = of_kind(&records, "job_failed");
+    assert_eq!(failed.len(), 1, "{records:#?}");
+    assert_eq!(failed[0]["data"]["reason"], "spawn_failed");
+    assert_eq!(failed[0]["data"]["errno"], libc::EAGAIN);
+}
+
 #[test]
 fn exec_exit_126_when_argv_cannot_be_executed() {
     if skip_outside_pid_ns("exec_exit_126") {
