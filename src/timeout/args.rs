@@ -488,6 +488,8 @@ This timeout is rea-watchdog: what it adds to the usual behaviour is that
 escapees of COMMAND, processes it started that left its process group or
 session, are stopped too, and that every run writes an audit log, to the
 file REA_AUDIT_LOG names or else to $TMPDIR/rea-timeout-*.jsonl.
+REA_CONTAIN (auto, cgroup, none; default auto) picks the containment, as
+rea-watchdog exec's --contain does.
 "
     .to_string()
 }

@@ -92,8 +92,21 @@ pub fn main(args: &[OsString]) -> i32 {
         announce: false,
         unwatched: true,
     };
+    // timeout's command line is coreutils' own: no --contain; the
+    // environment picks it, as it sets exec's default.
+    let request = match std::env::var_os("REA_CONTAIN") {
+        None => ContainRequest::Auto,
+        Some(v) => match v.to_str().and_then(ContainRequest::parse) {
+            Some(r) => r,
+            None => {
+                let names = ContainRequest::NAMES;
+                let msg = format!("timeout: REA_CONTAIN: {v:?} is not one of {names}");
+                return say(Stream::Stderr, msg, EXIT_OWN_FAILURE);
+            }
+        },
+    };
     let contain = ContainChoice {
-        request: ContainRequest::Auto,
+        request,
         root_override: None,
     };
     match modes::exec_action(cfg, a.command.clone(), &how, &contain) {

@@ -115,6 +115,49 @@ fn the_commands_status_passes_through_and_a_log_is_written() {
     assert_eq!(out.status.code(), Some(4), "{out:?}");
 }
 
+/// timeout has coreutils' command line, so no --contain: REA_CONTAIN
+/// picks the containment, as it sets exec's default (it used to be
+/// ignored: always auto). A value that names no mode is timeout's own
+/// failure (125), with nothing written or launched.
+#[test]
+fn rea_contain_picks_timeouts_containment() {
+    if skip_outside_pid_ns("timeout REA_CONTAIN") {
+        return;
+    }
+    let t = Timeout::new();
+    let out = output_within(
+        t.command(&["10", "true"])
+            .env("REA_CONTAIN", "none")
+            .spawn()
+            .unwrap(),
+        PATIENCE,
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let logs = t.logs();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let c = of_kind(&logs[0], "containment")[0].clone();
+    assert_eq!(
+        (c["requested"].as_str(), c["mode"].as_str()),
+        (Some("none"), Some("none")),
+        "{c}"
+    );
+    let marker = t.scratch.path("launched");
+    let out = output_within(
+        t.command(&["10", "touch", marker.to_str().unwrap()])
+            .env("REA_CONTAIN", "cgroups")
+            .spawn()
+            .unwrap(),
+        PATIENCE,
+    );
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(
+        stderr(&out).contains("timeout: REA_CONTAIN: \"cgroups\" is not one of auto, cgroup, none"),
+        "{out:?}"
+    );
+    assert!(!marker.exists());
+    assert_eq!(t.logs().len(), 1, "no log for the refused run");
+}
+
 #[test]
 fn a_time_out_is_124_and_preserve_status_keeps_the_commands() {
     if skip_outside_pid_ns("timeout 124") {

@@ -362,6 +362,7 @@ fn help_and_version() {
         "escapees",
         "REA_AUDIT_LOG",
         "$TMPDIR/rea-timeout-*.jsonl",
+        "REA_CONTAIN",
     ] {
         assert!(h.contains(needle), "help lacks {needle:?}");
     }
