@@ -14,12 +14,13 @@ use clap_complete::Shell;
 /// What `--generate` prints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Generate {
-    /// A man page (roff): `man -l <(rea-watchdog --generate man)`.
+    /// A man page (roff), for `man -l -` or a man1 directory.
     Man,
     /// A bash completion script, to source or put in bash-completion's
     /// directory.
     CompleteBash,
-    /// A zsh completion function (`_rea-watchdog`) for a directory on `$fpath`.
+    /// A zsh completion function (`_` and the program's name) for a
+    /// directory on `$fpath`.
     CompleteZsh,
     /// A fish completion script for `~/.config/fish/completions`.
     CompleteFish,

@@ -203,8 +203,17 @@ def _parse_duration_ns(text: str, what: str = "duration") -> int:
     return ns
 
 
+def _number_or_text(value: object, what: str) -> None:
+    """ValueError naming `what` unless `value` is a number of seconds or a
+    duration string (a bool is neither, though Python counts it an int)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(
+            f"{what} {value!r}: seconds as a number, or a duration string (60, 0.5, \"500ms\")")
+
+
 def _seconds(value: Duration, what: str = "timeout") -> float:
     """A wait in seconds: a number as given, or a duration string."""
+    _number_or_text(value, what)
     if isinstance(value, str):
         return _parse_duration_ns(value, what) / 10**9
     return value
@@ -213,6 +222,7 @@ def _seconds(value: Duration, what: str = "timeout") -> float:
 def _duration_ms(seconds: Duration, what: str = "deadline") -> int:
     """A positive duration in whole milliseconds (rounded): seconds as a
     number (int or float), or a string as the CLI reads it ("500ms", "2m")."""
+    _number_or_text(seconds, what)
     if isinstance(seconds, str):
         ms = (_parse_duration_ns(seconds, what) + 500_000) // 1_000_000
     else:
@@ -228,6 +238,7 @@ def _duration_ms(seconds: Duration, what: str = "deadline") -> int:
 def _flag_ms(value: Duration, what: str) -> int:
     """A watchdog flag's duration in ms: zero allowed (`term_grace=0`),
     otherwise as `_duration_ms`."""
+    _number_or_text(value, what)
     if isinstance(value, str):
         if _parse_duration_ns(value, what) == 0:
             return 0

@@ -802,7 +802,10 @@ def main():
         ok = ok and report["reconcile"]["reconcile"] == "running"
     if scenario == "response-and-watchdog-lost":
         ok = ok and v["verdict"] == "retain"
-    out(f"  audit log  {report['audit_log']}  (rea-audit show it)")
+    # show has no --staging: after a deletion it can only say the stage
+    # was not checked, which a reader must not take for a second verdict.
+    gone = "; the stage is gone, so show says staging_not_checked" if deleted else ""
+    out(f"  audit log  {report['audit_log']}  (rea-audit show LOG{gone})")
     out(f"{'OK' if ok else 'FAILED'}: {scenario} reached {reached}"
         f"{'' if ok else f', expected {expected}'}")
     report.update(ok=ok, verdict=v.get("verdict", v.get("result")), status=v.get("status"),

@@ -177,6 +177,18 @@ for bad in ["5 parsecs", "1e3", "-1", "1.2.3", "", "0ms"]:
         print("refused", repr(bad), "--", e)
     else:
         raise AssertionError(f"{bad!r} accepted as {v} ms")
+# Neither a number nor a string: a ValueError naming the parameter too
+# (not float()'s TypeError, which names neither).
+for bad in [None, [1], True, b"60"]:
+    for f in (lambda v: rc._duration_ms(v, "deadline"), lambda v: rc._seconds(v, "wait"),
+              lambda v: rc._flag_ms(v, "term_grace")):
+        try:
+            v = f(bad)
+        except ValueError as e:
+            assert repr(bad) in str(e) and ("deadline" in str(e) or "wait" in str(e)
+                                             or "term_grace" in str(e)), (bad, str(e))
+        else:
+            raise AssertionError(f"{bad!r} accepted as {v}")
 print("durations ok")
 "#;
 

@@ -217,7 +217,7 @@ printed here. If this process dies first, the whole action stops
         #[arg(long, value_name = "DUR", value_parser = parse_positive_duration)]
         inner_alarm: Option<Duration>,
         /// What the job's leader is asked to stop with when the action
-        /// stops (TERM, INT, HUP, QUIT, USR1 or USR2; default TERM). The
+        /// stops (TERM, INT, HUP, QUIT, USR1, USR2 or ALRM; default TERM). The
         /// leader is asked first and alone; the rest of its tree gets
         /// SIGTERM only when it has exited or half the TERM grace passed.
         #[arg(long, value_name = "SIG", value_parser = parse_stop_signal)]
@@ -305,7 +305,7 @@ pub fn config(mode: Mode, run_id: Option<String>, b: Bounds) -> Result<Config, S
     })
 }
 
-/// `--stop-signal`: TERM, INT, HUP, QUIT, USR1, USR2 (also SIGTERM, any case).
+/// `--stop-signal`: TERM, INT, HUP, QUIT, USR1, USR2, ALRM (also SIGTERM, any case).
 fn parse_stop_signal(s: &str) -> Result<StopSignal, String> {
     StopSignal::parse(s).ok_or_else(|| format!("{s:?} is not one of {}", StopSignal::NAMES))
 }
