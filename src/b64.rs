@@ -24,7 +24,7 @@ pub fn encode(data: &[u8]) -> String {
 
 pub fn decode(s: &str) -> Option<Vec<u8>> {
     let s = s.as_bytes();
-    if s.len() % 4 != 0 {
+    if !s.len().is_multiple_of(4) {
         return None;
     }
     let val = |c: u8| ALPHABET.iter().position(|&a| a == c).map(|v| v as u32);
