@@ -308,15 +308,18 @@ fn exec_refuses_to_start_under_a_proc_of_another_pid_namespace() {
     }
     let e = Exec::new();
     let marker = e.scratch.path("launched");
-    let out = Command::new("unshare")
-        .args(["--pid", "--fork"])
-        .arg(watchdog_bin())
-        .args(["exec", "--contain", "none", "--audit-log"])
-        .arg(&e.log)
-        .args(["--", "/usr/bin/touch"])
-        .arg(&marker)
-        .output()
-        .expect("unshare (util-linux)");
+    let exec_in_new_ns = |unshare: &[&str]| {
+        Command::new("unshare")
+            .args(unshare)
+            .arg(watchdog_bin())
+            .args(["exec", "--contain", "none", "--audit-log"])
+            .arg(&e.log)
+            .args(["--", "/usr/bin/touch"])
+            .arg(&marker)
+            .output()
+            .expect("unshare (util-linux)")
+    };
+    let out = exec_in_new_ns(&["--pid", "--fork"]);
     assert_eq!(code(&out), Some(125), "{out:?}");
     let err = stderr_of(&out);
     assert!(
@@ -327,15 +330,7 @@ fn exec_refuses_to_start_under_a_proc_of_another_pid_namespace() {
     assert!(!marker.exists(), "nothing may be launched");
     assert!(!e.log.exists(), "nothing is created");
     // The control: the same with --mount-proc runs the command.
-    let out = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc"])
-        .arg(watchdog_bin())
-        .args(["exec", "--contain", "none", "--audit-log"])
-        .arg(&e.log)
-        .args(["--", "/usr/bin/touch"])
-        .arg(&marker)
-        .output()
-        .unwrap();
+    let out = exec_in_new_ns(&["--pid", "--fork", "--mount-proc"]);
     assert_eq!(code(&out), Some(0), "{out:?}");
     assert!(marker.exists());
 }

@@ -122,7 +122,13 @@ struct Logs {
 const EDIT: &str = "evil00";
 
 fn logs(run: &str) -> Logs {
-    let log = build(&LogOpts::closed(run));
+    with_edit(&LogOpts::closed(run))
+}
+
+/// The log `opts` describes, its canonical path, and a copy with one
+/// job's argv edited in place (same length, not re-chained).
+fn with_edit(opts: &LogOpts) -> Logs {
+    let log = build(opts);
     let path = log.path.canonicalize().unwrap();
     let mut lines = read_lines(&path);
     let i = log.line_of("job_spawned", 0) - 1;
@@ -433,31 +439,24 @@ fn a_log_still_written_may_grow_while_read() {
     }
 }
 
-/// An unfinished log (no receipt: verify says incomplete), its canonical
-/// path, and a copy with one job's argv edited in place (not re-chained).
-fn unfinished(run: &str) -> (BuiltLog, PathBuf, PathBuf) {
-    let l = build(&LogOpts {
+/// An unfinished log (no receipt: verify says incomplete) and its
+/// edited copy ([`with_edit`]).
+fn unfinished(run: &str) -> Logs {
+    with_edit(&LogOpts {
         seal: false,
         ..LogOpts::closed(run)
-    });
-    let path = l.path.canonicalize().unwrap();
-    let mut lines = read_lines(&path);
-    let i = l.line_of("job_spawned", 0) - 1;
-    lines[i] = replace_once(
-        &lines[i],
-        "/opt/hopper/",
-        format!("/opt/{EDIT}/").as_bytes(),
-    );
-    let edited = path.with_file_name("edited.jsonl");
-    write_lines(&edited, &lines);
-    (l, path, edited)
+    })
 }
 
 /// The leniency is for growth alone: an unfinished log rewritten in place
 /// while read is a change (exit status 3), as a finished one is.
 #[test]
 fn a_log_still_written_rewritten_in_place_is_a_change() {
-    let (l, path, edited) = unfinished("race-unfinished-show");
+    let Logs {
+        log: l,
+        path,
+        edited,
+    } = unfinished("race-unfinished-show");
     let mut cmd = Command::new(audit_bin());
     cmd.arg("show").arg(&path);
     let out = under_shim(
@@ -477,7 +476,11 @@ fn a_log_still_written_rewritten_in_place_is_a_change() {
     assert!(err.contains("changed while it was read"), "{err}");
     assert!(!err.contains("still being written"), "{err}");
 
-    let (l, path, edited) = unfinished("race-unfinished-report");
+    let Logs {
+        log: l,
+        path,
+        edited,
+    } = unfinished("race-unfinished-report");
     let page = l.dir.path().join("rewrite.html");
     let out = raced(&path, &page, "rewrite", &edited, 1);
     assert_eq!(
