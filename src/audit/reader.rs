@@ -247,3 +247,20 @@ pub fn read_lines<R: io::Read>(
     }
     Ok((filled > 0).then(|| buf[..filled].to_vec()))
 }
+
+/// The wall-clock time of the log's first record, if it parses.
+pub fn started<R: io::Read>(r: R) -> Option<String> {
+    let mut first = None;
+    let _ = read_lines(r.take(MAX_LINE as u64 + 1), |piece| {
+        if let (None, Piece::Line(line)) = (&first, piece) {
+            // The envelope alone: a discard or recovery log's first
+            // record has its time where a watchdog's has.
+            first = Some(
+                serde_json::from_slice::<Wire>(line)
+                    .map(|w| w.ts.into_owned())
+                    .unwrap_or_default(),
+            );
+        }
+    });
+    first.filter(|t| !t.is_empty())
+}

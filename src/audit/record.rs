@@ -15,7 +15,7 @@ pub use super::record_stop::{StopPriority, StopTriggered};
 
 pub use super::record_group::{
     ContainMode, ContainRequest, Containment, GroupIdentity, GroupKill, GroupKillFailed,
-    GroupMember, GroupRemoved, GroupSeen, GroupState,
+    GroupMember, GroupRemoved, GroupSeen, GroupState, GROUP_KILL_NAMED,
 };
 
 /// Record format version (`v`).

@@ -124,35 +124,3 @@ pub struct GroupSeen {
     pub ino_now: Option<u64>,
     pub detail: String,
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::audit::writer::MAX_LINE;
-
-    /// A fork bomb's group on a host whose `pid_max` is 4 194 304: 200 000
-    /// seven-digit pids. All of them in one record pass the line cap (the
-    /// log would refuse it and the stop end in `audit_failure`); the
-    /// record names the first 16 384, counts the rest, and fits with room
-    /// to spare for the envelope.
-    #[test]
-    fn a_fork_bombs_group_kill_is_counted_not_all_named() {
-        let pids: Vec<i32> = (0..200_000).map(|i| 4_000_000 + i).collect();
-        let all = GroupKill {
-            ino: 7,
-            members: pids.clone(),
-            more_members: None,
-        };
-        assert!(serde_json::to_vec(&all).unwrap().len() > MAX_LINE);
-        let k = GroupKill::of(7, pids.clone());
-        assert_eq!(k.members[..], pids[..GROUP_KILL_NAMED]);
-        assert_eq!(k.more_members, Some(200_000 - GROUP_KILL_NAMED as u64));
-        assert_eq!(k.total(), 200_000);
-        assert!(serde_json::to_vec(&k).unwrap().len() + 4096 < MAX_LINE);
-        let few = GroupKill::of(7, vec![41, 42]);
-        assert_eq!((few.members, few.more_members), (vec![41, 42], None));
-        assert!(!serde_json::to_string(&GroupKill::of(7, vec![1]))
-            .unwrap()
-            .contains("more_members"));
-    }
-}

@@ -268,6 +268,19 @@ pub struct ShowLine {
     pub text: String,
 }
 
+impl ShowLine {
+    /// A line that is no record (unreadable, torn): its number and text.
+    fn plain(line: u64, text: String) -> ShowLine {
+        ShowLine {
+            line,
+            seq: None,
+            at_ms: None,
+            kind: None,
+            text,
+        }
+    }
+}
+
 /// Characters of a job's name kept to name it as the one that asked for a
 /// later job (its own record's line says it in full).
 const ASKER_NAME_KEPT: usize = 64;
@@ -399,12 +412,17 @@ pub fn each_line<R: io::Read>(r: R, mut each: impl FnMut(ShowLine)) -> io::Resul
     let mut askers = Askers::default();
     let torn = read_lines(r, |piece| {
         n += 1;
-        let plain = |text: String| ShowLine {
-            line: n,
-            seq: None,
-            at_ms: None,
-            kind: None,
-            text,
+        let plain = |text: String| ShowLine::plain(n, text);
+        // A record of any log kind: its envelope, and what it says.
+        let mut record = |seq: u64, mono_ns: u64, kind: String, text: String| {
+            let us = mono_ns.saturating_sub(*t0.get_or_insert(mono_ns)) / 1000;
+            ShowLine {
+                line: n,
+                seq: Some(seq),
+                at_ms: Some(us as f64 / 1000.0),
+                kind: Some(kind),
+                text,
+            }
         };
         let shown = match piece {
             Piece::Overlong(len) => plain(format!(
@@ -412,8 +430,6 @@ pub fn each_line<R: io::Read>(r: R, mut each: impl FnMut(ShowLine)) -> io::Resul
             )),
             Piece::Line(line) => match parse_line(line) {
                 Ok(rec) => {
-                    let t0 = *t0.get_or_insert(rec.mono_ns);
-                    let us = rec.mono_ns.saturating_sub(t0) / 1000;
                     let mut text = summary(&rec.event).trim_end().to_string();
                     if let Event::JobSpawned(j) = &rec.event {
                         if let Some(by) = askers.says(&askers.asker(j)) {
@@ -421,32 +437,12 @@ pub fn each_line<R: io::Read>(r: R, mut each: impl FnMut(ShowLine)) -> io::Resul
                         }
                     }
                     askers.note(&rec.event);
-                    ShowLine {
-                        line: n,
-                        seq: Some(rec.seq),
-                        at_ms: Some(us as f64 / 1000.0),
-                        kind: Some(rec.event.kind().to_string()),
-                        text,
-                    }
+                    record(rec.seq, rec.mono_ns, rec.event.kind().to_string(), text)
                 }
                 // Not a watchdog's record: a discard log's or a recovery
                 // log's (same envelope, their own kinds), or unreadable.
-                Err(e) => match serde_json::from_slice::<Wire>(line).ok().and_then(|w| {
-                    let text = super::stage_log::show_line(&w)
-                        .or_else(|| super::recover_log::show_line(&w))?;
-                    Some((w, text))
-                }) {
-                    Some((w, text)) => {
-                        let t0 = *t0.get_or_insert(w.mono_ns);
-                        let us = w.mono_ns.saturating_sub(t0) / 1000;
-                        ShowLine {
-                            line: n,
-                            seq: Some(w.seq),
-                            at_ms: Some(us as f64 / 1000.0),
-                            kind: Some(w.kind.into_owned()),
-                            text,
-                        }
-                    }
+                Err(e) => match other_log_line(line) {
+                    Some((w, text)) => record(w.seq, w.mono_ns, w.kind.into_owned(), text),
                     None => plain(format!("unreadable ({}: {})", word(&e.code), e.detail)),
                 },
             },
@@ -454,15 +450,18 @@ pub fn each_line<R: io::Read>(r: R, mut each: impl FnMut(ShowLine)) -> io::Resul
         each(shown);
     })?;
     if let Some(t) = torn {
-        each(ShowLine {
-            line: n + 1,
-            seq: None,
-            at_ms: None,
-            kind: None,
-            text: format!("torn last line: {} bytes without a newline", t.len()),
-        });
+        let text = format!("torn last line: {} bytes without a newline", t.len());
+        each(ShowLine::plain(n + 1, text));
     }
     Ok(())
+}
+
+/// A discard log's or a recovery log's record: its envelope and what it
+/// says (`None`: neither).
+fn other_log_line(line: &[u8]) -> Option<(Wire<'_>, String)> {
+    let w: Wire = serde_json::from_slice(line).ok()?;
+    let text = super::stage_log::show_line(&w).or_else(|| super::recover_log::show_line(&w))?;
+    Some((w, text))
 }
 
 /// Writes the timeline of the log read from `r` to `out`, one line per
@@ -557,23 +556,6 @@ pub fn header(log: &str, verdict: &serde_json::Value, started: Option<&str>) -> 
         ));
     }
     out
-}
-
-/// The wall-clock time of the log's first record, if it parses.
-pub fn started<R: io::Read>(r: R) -> Option<String> {
-    let mut first = None;
-    let _ = read_lines(r.take(MAX_LINE as u64 + 1), |piece| {
-        if let (None, Piece::Line(line)) = (&first, piece) {
-            // The envelope alone: a discard or recovery log's first
-            // record has its time where a watchdog's has.
-            first = Some(
-                serde_json::from_slice::<Wire>(line)
-                    .map(|w| w.ts.into_owned())
-                    .unwrap_or_default(),
-            );
-        }
-    });
-    first.filter(|t| !t.is_empty())
 }
 
 #[cfg(test)]

@@ -434,7 +434,8 @@ there is now (with --json, a last member log_grew).";
 fn show(path: &std::path::Path, json: bool) -> ExitCode {
     use rea::audit::checked::check;
     use rea::audit::passes::{Ending, Log};
-    use rea::audit::show::{each_line, header, started};
+    use rea::audit::reader::started;
+    use rea::audit::show::{each_line, header};
     let name = path.display().to_string();
     let unreadable = |e: &dyn std::fmt::Display| usage(&format!("{}: {e}", escape(&name)));
     let mut log = match Log::open(path) {
