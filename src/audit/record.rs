@@ -178,7 +178,13 @@ pub struct JobSpawned {
     pub job: u64,
     pub id: String,
     pub name: Option<String>,
+    /// What the job's process got as its argv.
     pub argv: Vec<String>,
+    /// The file executed, when `argv[0]` does not name it: exec's and
+    /// timeout's bare command name, found on `PATH` (the program sees the
+    /// name as typed, as under timeout(1); this says which file it was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
     pub pid: i32,
     pub start_time: u64,
     pub uid: u32,
@@ -206,6 +212,9 @@ pub struct JobFailed {
     pub job: u64,
     pub id: String,
     pub argv: Vec<String>,
+    /// As in [`JobSpawned::program`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
     pub errno: i32,
     pub reason: RefusalReason,
     pub detail: String,

@@ -87,15 +87,22 @@ pub fn summary(ev: &Event) -> String {
                 .join(", ")
         ),
         Event::JobSpawned(j) => format!(
-            "job {} {} pid {} sid {} ppid {}: {}",
+            "job {} {} pid {} sid {} ppid {}: {}{}",
             j.job,
             j.name.as_deref().unwrap_or(&j.id),
             j.pid,
             j.sid,
             j.ppid,
-            j.argv.join(" ")
+            j.argv.join(" "),
+            ran(&j.program)
         ),
-        Event::JobFailed(j) => format!("job {} could not start: {} ({})", j.job, j.reason.as_str(), j.detail),
+        Event::JobFailed(j) => format!(
+            "job {} could not start: {} ({}){}",
+            j.job,
+            j.reason.as_str(),
+            j.detail,
+            ran(&j.program)
+        ),
         Event::JobExited(j) => format!(
             "job {} pid {} {} after {}ms, out {}B err {}B{}",
             j.job,
@@ -398,6 +405,13 @@ pub(crate) enum Asker {
     Controller,
     Descendant(i32),
     Unknown,
+}
+
+/// The file a job ran when its argv[0] does not name it.
+fn ran(program: &Option<String>) -> String {
+    program
+        .as_ref()
+        .map_or(String::new(), |p| format!(" [ran {p}]"))
 }
 
 fn same(a: &Ident, b: &Ident) -> bool {

@@ -229,8 +229,13 @@ impl Jobs {
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
+        let program = req
+            .program
+            .as_ref()
+            .map(|p| p.to_string_lossy().into_owned());
         let launch = Launch {
             argv: &req.argv,
+            program: req.program.as_deref(),
             env: &env,
             watchdog_pid: self.watchdog_pid,
             nofile: self.nofile,
@@ -245,6 +250,7 @@ impl Jobs {
                     job: num,
                     id: req.id.clone(),
                     argv: argv_text,
+                    program,
                     errno: e.errno,
                     reason: e.reason,
                     detail: bounded(&e.detail),
@@ -271,6 +277,7 @@ impl Jobs {
             id: req.id.clone(),
             name: req.name,
             argv: argv_text,
+            program,
             pid: leader.pid,
             start_time: leader.start_time,
             uid: leader.uid,

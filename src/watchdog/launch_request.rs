@@ -16,6 +16,9 @@ use crate::vocab::{Capture, Ident, Sig};
 pub struct LaunchRequest {
     pub id: String,
     pub argv: Vec<OsString>,
+    /// The file to execute when `argv[0]` does not name it (exec's bare
+    /// command name, found on `PATH`); `None`: `argv[0]`.
+    pub program: Option<OsString>,
     pub name: Option<String>,
     /// The job's own deadline from now (capped by the action deadline).
     pub deadline: Option<Duration>,
@@ -36,11 +39,18 @@ pub struct LaunchRequest {
 }
 
 impl LaunchRequest {
-    /// exec mode: the one job, ARGV, with output passed through.
-    pub fn exec(argv: &[OsString], deadline: Option<Duration>, stop: Sig) -> LaunchRequest {
+    /// exec mode: the one job, ARGV (run from `program` when given), with
+    /// output passed through.
+    pub fn exec(
+        argv: &[OsString],
+        program: Option<OsString>,
+        deadline: Option<Duration>,
+        stop: Sig,
+    ) -> LaunchRequest {
         LaunchRequest {
             id: "exec".into(),
             argv: argv.to_vec(),
+            program,
             name: None,
             deadline,
             inner_alarm: None,
@@ -68,6 +78,7 @@ impl LaunchRequest {
         LaunchRequest {
             id: reply.id.clone(),
             argv: spec.argv.iter().map(OsString::from).collect(),
+            program: None,
             name: spec.name,
             deadline: Some(Duration::from_millis(spec.deadline_ms)),
             inner_alarm: spec.inner_alarm_ms.map(Duration::from_millis),

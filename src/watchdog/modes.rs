@@ -233,15 +233,20 @@ pub fn exec_action(
     if announce {
         crate::tell::note(format_args!("audit log {}", cfg.audit_log.display()));
     }
-    let mut argv = argv;
-    if let Some(p) = argv
+    // A bare name is looked up on PATH here, and the program keeps the
+    // name as typed for its argv[0] (as execvp gives it under timeout(1)).
+    let program = argv
         .first()
         .and_then(|a| a.to_str())
+        .filter(|a| !a.contains('/'))
         .and_then(crate::client::resolve_program)
-    {
-        argv[0] = p.into_os_string();
-    }
-    action.launch(LaunchRequest::exec(&argv, how.deadline, how.stop_signal));
+        .map(|p| p.into_os_string());
+    action.launch(LaunchRequest::exec(
+        &argv,
+        program,
+        how.deadline,
+        how.stop_signal,
+    ));
     Ok(action.run())
 }
 

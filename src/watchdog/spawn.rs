@@ -48,6 +48,8 @@ pub struct SpawnError {
 /// What the child gets: argv, the complete environment, and the limit to restore.
 pub struct Launch<'a> {
     pub argv: &'a [OsString],
+    /// The file to execute when `argv[0]` does not name it.
+    pub program: Option<&'a std::ffi::OsStr>,
     pub env: &'a [(OsString, OsString)],
     pub watchdog_pid: i32,
     pub nofile: libc::rlimit,
@@ -216,8 +218,8 @@ impl Execve {
         let envp = ptrs(&strings[n..]);
         // A bare name (exec mode, not found on PATH) keeps std's PATH search.
         let prog = l
-            .argv
-            .first()
+            .program
+            .or_else(|| l.argv.first().map(|p| p.as_os_str()))
             .filter(|p| p.as_bytes().contains(&b'/'))
             .map(|p| c(p.as_bytes()))
             .transpose()?;

@@ -381,6 +381,52 @@ fn exec_says_why_a_command_could_not_be_started() {
     assert_eq!(failed[0]["data"]["errno"], libc::EAGAIN);
 }
 
+/// A bare command name is found on `PATH`, and the program still sees the
+/// name as typed for its argv[0] (as execvp gives it under timeout(1), so
+/// `yes` says `yes: standard output: Broken pipe`); the record keeps what
+/// it got as `argv` and says which file ran as `program`, and `show`
+/// says it too. A name with a `/` runs as given, with no `program`.
+#[test]
+fn a_bare_command_keeps_its_typed_name_and_the_log_says_which_file_ran() {
+    if skip_outside_pid_ns("exec argv[0]") {
+        return;
+    }
+    let e = Exec::new();
+    let out = e.run(&[], &["cat", "/proc/self/cmdline"]);
+    assert_eq!(code(&out), Some(0), "{out:?}");
+    assert_eq!(out.stdout, b"cat\0/proc/self/cmdline\0", "{out:?}");
+    let spawned = of_kind(&e.records(), "job_spawned")[0]["data"].clone();
+    assert_eq!(
+        spawned["argv"],
+        serde_json::json!(["cat", "/proc/self/cmdline"])
+    );
+    let program = spawned["program"].as_str().unwrap_or_default().to_string();
+    assert!(
+        program.starts_with('/') && program.ends_with("/cat"),
+        "{spawned}"
+    );
+    e.verify(0);
+    let shown = Command::new(audit_bin())
+        .arg("show")
+        .arg(&e.log)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains(&format!("cat /proc/self/cmdline [ran {program}]")),
+        "{shown}"
+    );
+
+    let e = Exec::new();
+    let out = e.run(&[], &[&program, "/proc/self/cmdline"]);
+    assert_eq!(
+        out.stdout,
+        format!("{program}\0/proc/self/cmdline\0").as_bytes()
+    );
+    let spawned = of_kind(&e.records(), "job_spawned")[0]["data"].clone();
+    assert!(spawned.get("program").is_none(), "{spawned}");
+}
+
 #[test]
 fn exec_exit_126_when_argv_cannot_be_executed() {
     if skip_outside_pid_ns("exec_exit_126") {

@@ -158,6 +158,19 @@ fn rea_contain_picks_timeouts_containment() {
     assert_eq!(t.logs().len(), 1, "no log for the refused run");
 }
 
+/// The command sees its name as typed, as execvp gives it under
+/// coreutils' timeout (`cat`, not the path `PATH` found).
+#[test]
+fn the_command_sees_its_name_as_typed() {
+    if skip_outside_pid_ns("timeout argv[0]") {
+        return;
+    }
+    let t = Timeout::new();
+    let out = t.run(&["10", "cat", "/proc/self/cmdline"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout, b"cat\0/proc/self/cmdline\0", "{out:?}");
+}
+
 #[test]
 fn a_time_out_is_124_and_preserve_status_keeps_the_commands() {
     if skip_outside_pid_ns("timeout 124") {

@@ -144,7 +144,13 @@ impl Timeline {
                     self.lanes.push(Lane {
                         job: j.job,
                         name: cut(j.name.as_deref().unwrap_or(&j.id), 60),
-                        argv: cut(&j.argv.join(" "), ARGV_KEPT),
+                        argv: cut(
+                            &match &j.program {
+                                Some(p) => format!("{} [ran {p}]", j.argv.join(" ")),
+                                None => j.argv.join(" "),
+                            },
+                            ARGV_KEPT,
+                        ),
                         pid: j.pid,
                         start_time: j.start_time,
                         asker,

@@ -70,6 +70,7 @@ pub fn launcher_job(job: u64, caller: Ident, watchdog_pid: i32) -> [Event; 4] {
             job,
             id: format!("launcher-{job}"),
             name: Some("launcher".into()),
+            program: None,
             argv: vec![
                 "/srv/stage/hopper/bin/Hopper".into(),
                 "--headless".into(),

@@ -320,6 +320,7 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
             id: id.clone(),
             name: Some(name.into()),
             argv,
+            program: None,
             pid,
             start_time,
             uid: me.uid,
