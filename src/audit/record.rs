@@ -14,8 +14,8 @@ use crate::vocab::{Capture, Op, RefusalReason};
 pub use super::record_stop::{StopPriority, StopTriggered};
 
 pub use super::record_group::{
-    ContainMode, ContainRequest, Containment, GroupIdentity, GroupKill, GroupKillFailed,
-    GroupMember, GroupRemoved, GroupSeen, GroupState, GROUP_KILL_NAMED,
+    ContainMode, ContainRequest, Containment, ForeignMember, GroupIdentity, GroupKill,
+    GroupKillFailed, GroupMember, GroupRemoved, GroupSeen, GroupState, GROUP_KILL_NAMED,
 };
 
 /// Record format version (`v`).
@@ -359,6 +359,10 @@ pub struct StopCompleted {
     pub scan_empty: bool,
     /// Descendants still seen when the kill bound ran out (0 on success).
     pub left: u64,
+    /// Members of the action's group recorded as foreign by then
+    /// (`foreign_member`): left alive, so the stop proves nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreign: Option<u64>,
 }
 
 /// The quiescence rule (SPEC 3.5 step 4, 3.6), for the writer and the
@@ -374,7 +378,9 @@ impl StopCompleted {
     /// The stop proved quiescence. A stop that ran out of its kill bound
     /// failed for good, even if the stragglers died later.
     pub fn proved(&self) -> bool {
-        no_live_or_waitable(self.echild, self.scan_empty) && self.left == 0
+        no_live_or_waitable(self.echild, self.scan_empty)
+            && self.left == 0
+            && self.foreign.unwrap_or(0) == 0
     }
 }
 
@@ -571,6 +577,7 @@ events! {
     SignalReceived(SignalReceived) = "signal_received",
     Reaped(Reaped) = "reaped",
     MappingUncertain(MappingUncertain) = "mapping_uncertain",
+    ForeignMember(ForeignMember) = "foreign_member",
     StopCompleted(StopCompleted) = "stop_completed",
     TempRootInventoried(TempRootInventoried) = "temp_root_inventoried",
     TempRootRemoved(TempRootRemoved) = "temp_root_removed",

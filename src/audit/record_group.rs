@@ -1,8 +1,11 @@
 //! Containment records (SPEC 8): what the action runs in, the group's
-//! `cgroup.kill`, and its removal at close. Additive kinds: a log without
+//! `cgroup.kill`, its removal at close, and a member that is not the
+//! action's. Additive kinds: a log without
 //! them is a `none` log as before.
 
 use serde::{Deserialize, Serialize};
+
+use crate::vocab::Proc;
 
 pub use crate::contain::mode::{ContainMode, ContainRequest};
 
@@ -123,4 +126,18 @@ pub struct GroupSeen {
     /// The inode the name has now, when it names a directory.
     pub ino_now: Option<u64>,
     pub detail: String,
+}
+
+/// A member of the action's group that the watchdog could not prove it
+/// started (docs/ownership.md): anything that may write the group's
+/// `cgroup.procs` can move an unrelated process in. It is never signalled
+/// and never killed (no `cgroup.kill` while it is there), and the proof
+/// fails: the group cannot become empty while it stays.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ForeignMember {
+    pub process: Proc,
+    /// What failed: the ancestor that is not the watchdog's descendant,
+    /// or the start time before the watchdog's.
+    pub why: String,
 }

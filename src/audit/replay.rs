@@ -118,6 +118,9 @@ pub struct Replay {
     /// Recounted from the records by the one count rule ([`Counts::add`]).
     counts: Counts,
     uncertain: u64,
+    /// `foreign_member` records: processes in the action's group that it
+    /// did not start.
+    pub foreign: u64,
     /// Jobs spawned and not yet exited (job numbers only grow): leader pid,
     /// start time, stop signal.
     open: HashMap<u64, (i32, u64, Sig)>,
@@ -259,6 +262,7 @@ impl Replay {
                 ))),
             },
             Event::MappingUncertain(_) => self.uncertain += 1,
+            Event::ForeignMember(_) => self.foreign += 1,
             Event::StopTriggered(t) => {
                 self.stop_line.get_or_insert(line);
                 self.triggered = true;
@@ -513,16 +517,29 @@ impl Replay {
                 )));
             }
         }
+        if receipt.quiescent && self.foreign > 0 {
+            out.push(mismatch(format!(
+                "receipt claims quiescence; {} foreign member(s) were recorded",
+                self.foreign
+            )));
+        }
         if receipt.temp_root_removed && self.temp_removed != Some(true) {
             out.push(mismatch(
                 "receipt says the temp root was removed; no record shows it".into(),
             ));
         }
         if let Some(c) = &self.last_completed {
-            if !c.proved() && (receipt.quiescent || receipt.no_live_or_waitable_descendants) {
+            // Only the whole proof depends on how the stop ended:
+            // `no_live_or_waitable_descendants` is what close measured, and
+            // stragglers of a stop that ran out its kill bound (a file
+            // server that came back) may well have died by then.
+            if !c.proved() && receipt.quiescent {
                 out.push(mismatch(format!(
-                    "receipt claims quiescence; the stop ended with echild={} scan_empty={} left={}",
-                    c.echild, c.scan_empty, c.left
+                    "receipt claims quiescence; the stop ended with echild={} scan_empty={} left={}{}",
+                    c.echild,
+                    c.scan_empty,
+                    c.left,
+                    c.foreign.map(|f| format!(" foreign={f}")).unwrap_or_default()
                 )));
             }
         }

@@ -4,13 +4,12 @@
 //! every line it prints goes through [`people::escape`]: argv, comm, ids and
 //! details are chosen by jobs and never reach the terminal raw.
 
-use std::collections::{HashMap, VecDeque};
-use std::io::{self, Write};
-
 use super::people::{self, cut, word};
 use super::reader::{parse_line, read_lines, Piece, Wire};
 use super::record::{AskEnd, Event, HoldersScanned, Ident, JobSpawned, Proc, TempEntry};
 use super::writer::MAX_LINE;
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Write};
 
 /// Sockets, FIFOs, devices: named, since a runtime may still hold them.
 fn specials(es: &[TempEntry], truncated: bool) -> String {
@@ -189,6 +188,7 @@ pub fn summary(ev: &Event) -> String {
                 + if r.processes.len() > 8 { ", ..." } else { "" }
         ),
         Event::MappingUncertain(m) => format!("pid {} ({}) uncertain: {} {}", m.process.pid, m.process.comm, word(&m.reason), m.detail),
+        Event::ForeignMember(f) => format!("pid {} ({}, uid {}) is in the action's group but not the action's: left alone; {}", f.process.pid, f.process.comm, f.process.uid, f.why),
         Event::StopCompleted(s) => format!(
             "{} sweeps in {}ms, echild {}, scan empty {}, left {}",
             s.sweeps, s.elapsed_ms, s.echild, s.scan_empty, s.left

@@ -85,6 +85,9 @@ pub enum Code {
     // Sealed and intact, but deletion is not safe.
     NotQuiescent,
     UncertainMappings,
+    /// A process the action did not start was in its group (drafted in):
+    /// left alive, so the action's end is not proven its own.
+    ForeignMember,
     TempRootNotRemoved,
     RootLost,
     Hangup,
@@ -114,8 +117,8 @@ impl Code {
                 Status::Tampered
             }
             EmptyLog | TornLine | NoReceipt => Status::Incomplete,
-            NotQuiescent | UncertainMappings | TempRootNotRemoved | RootLost | Hangup
-            | AuditFailure | StagingMismatch | StagingNotRecorded | StagingNotChecked
+            NotQuiescent | UncertainMappings | ForeignMember | TempRootNotRemoved | RootLost
+            | Hangup | AuditFailure | StagingMismatch | StagingNotRecorded | StagingNotChecked
             | StageHeld | HoldersNotScanned => Status::Retain,
             IoError | NotARegularFile => Status::Error,
         }

@@ -457,6 +457,16 @@ fn judge(
             ),
         );
     }
+    if replay.foreign > 0 {
+        rs.push(
+            Code::ForeignMember,
+            None,
+            format!(
+                "{} process(es) the action did not start were in its group: left alive, never signalled",
+                replay.foreign
+            ),
+        );
+    }
     if !rc.temp_root_removed {
         rs.push(
             Code::TempRootNotRemoved,

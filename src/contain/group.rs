@@ -13,7 +13,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -210,6 +210,15 @@ impl ActionGroup {
         Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
     }
 
+    /// The members of the group and of every group nested in it (a job
+    /// may make groups inside the action's; `cgroup.kill` reaches them
+    /// all, so a census before it must see them all).
+    pub fn members_deep(&self) -> io::Result<Vec<i32>> {
+        let mut all = self.members()?;
+        all.extend(super::nested::members(self.dir.as_fd())?);
+        Ok(all)
+    }
+
     /// `populated` of `cgroup.events`: some process is in the group (or a
     /// descendant group).
     pub fn populated(&self) -> io::Result<bool> {
@@ -282,8 +291,10 @@ impl ActionGroup {
         }
     }
 
+    /// Removes the nested groups (deepest first), then the group.
     fn rmdir(&self) -> io::Result<()> {
         self.check()?;
+        super::nested::remove(self.dir.as_fd())?;
         unlinkat(&self.parent, self.name.as_str(), UnlinkatFlags::RemoveDir)
             .map_err(io::Error::from)
     }

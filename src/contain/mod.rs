@@ -13,3 +13,4 @@ pub mod choice;
 pub mod discover;
 pub mod group;
 pub mod mode;
+pub mod nested;

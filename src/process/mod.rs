@@ -6,6 +6,7 @@ pub mod forked;
 pub mod identity;
 pub mod info;
 pub mod inherited;
+pub mod lineage;
 pub mod pidfd;
 pub mod reap;
 pub mod scan;

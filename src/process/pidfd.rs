@@ -19,6 +19,7 @@ use nix::sys::signal::Signal;
 use super::forked::Forked;
 use super::identity::{is_gone, read_stat, read_uids, Stat, Uids};
 use super::info::{self, Answer};
+use super::lineage::Lineage;
 use super::reap;
 use crate::vocab::{Ident, Proc, Status, Uncertainty};
 
@@ -199,8 +200,8 @@ pub(crate) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
 /// What a bind read back about the process an open pidfd pins.
 struct Back {
     st: Stat,
-    /// The uid, all four agreeing.
-    uid: u32,
+    /// The uids, as read (see [`uniform`]).
+    uids: Uids,
     /// Its cgroup v2 group id, where `PIDFD_GET_INFO` said.
     cgroup: Option<u64>,
 }
@@ -241,11 +242,7 @@ fn read_back(fd: BorrowedFd<'_>, pid: i32) -> Result<Back, BindError> {
             ))
         }
     };
-    Ok(Back {
-        st,
-        uid: uniform(uids)?,
-        cgroup,
-    })
+    Ok(Back { st, uids, cgroup })
 }
 
 /// The uid when all four agree; a process that changed only some is not
@@ -298,7 +295,8 @@ pub fn bind(
 ) -> Result<VerifiedPidFd, BindError> {
     let pid = scanned.pid;
     let fd = open_for_bind(pid)?;
-    let Back { st, uid, .. } = read_back(fd.as_fd(), pid)?;
+    let Back { st, uids, .. } = read_back(fd.as_fd(), pid)?;
+    let uid = uniform(uids)?;
     if st.start_time != scanned.start_time {
         return Err(uncertain(
             Uncertainty::StartTimeChanged,
@@ -361,7 +359,8 @@ pub fn bind_scanned_child(
 /// request's caller): the start time and uid read back must match.
 pub fn bind_ident(ident: Ident) -> Result<VerifiedPidFd, BindError> {
     let fd = open_for_bind(ident.pid)?;
-    let Back { st, uid, .. } = read_back(fd.as_fd(), ident.pid)?;
+    let Back { st, uids, .. } = read_back(fd.as_fd(), ident.pid)?;
+    let uid = uniform(uids)?;
     if st.is_zombie() {
         return Err(BindError::Gone);
     }
@@ -388,22 +387,37 @@ pub fn bind_ident(ident: Ident) -> Result<VerifiedPidFd, BindError> {
     })
 }
 
-/// cgroup mode (SPEC 8): binds a pid read from the action's group's
-/// `cgroup.procs`. Membership is the proof: the kernel, asked through the
-/// new pidfd, says the pinned process is in the group with id `group`
-/// (the recorded inode) and has the watchdog's uid; no scan, start time
-/// or parent to compare. `NotMember` when it is in another group (it left,
-/// or the pid now names a process that was never the action's);
-/// `Unsupported` when the kernel cannot say (no `PIDFD_GET_INFO`): bind it
-/// from a scan then, as in none mode.
-pub fn bind_member(pid: i32, group: u64, expect_uid: u32) -> Result<VerifiedPidFd, MemberError> {
+/// cgroup mode: binds a pid read from the action's group's `cgroup.procs`.
+/// The kernel, asked through the new pidfd, says the pinned process is in
+/// the group with id `group` (the recorded inode); membership only narrows
+/// the search, so `owned` then proves it the action's by lineage
+/// ([`super::lineage`], given the `stat` read for this pidfd) before the
+/// uid is compared: a stranger moved into the group is `Foreign`, whatever
+/// its uid. `NotMember` when it is in another group (it left, or the pid
+/// now names a process that was never the action's); `Unsupported` when
+/// the kernel cannot say (no `PIDFD_GET_INFO`): bind it from a scan then.
+pub fn bind_member(
+    pid: i32,
+    group: u64,
+    expect_uid: u32,
+    owned: impl FnOnce(&Stat) -> Lineage,
+) -> Result<VerifiedPidFd, MemberError> {
     let fd = open_for_bind(pid).map_err(MemberError::Bind)?;
-    let Back { st, uid, cgroup } = read_back(fd.as_fd(), pid).map_err(MemberError::Bind)?;
+    let Back { st, uids, cgroup } = read_back(fd.as_fd(), pid).map_err(MemberError::Bind)?;
     match cgroup {
         None => return Err(MemberError::Unsupported),
         Some(c) if c != group => return Err(MemberError::NotMember),
         Some(_) => {}
     }
+    match owned(&st) {
+        Lineage::Proven => {}
+        Lineage::Gone => return Err(MemberError::Bind(BindError::Gone)),
+        Lineage::Foreign(why) => {
+            let process = st.to_proc(uids.real);
+            return Err(MemberError::Foreign { process, why });
+        }
+    }
+    let uid = uniform(uids).map_err(MemberError::Bind)?;
     owned_by(uid, expect_uid).map_err(MemberError::Bind)?;
     Ok(VerifiedPidFd {
         fd,
@@ -421,6 +435,11 @@ pub enum MemberError {
     NotMember,
     /// The kernel cannot say which group the process is in.
     Unsupported,
+    /// In the group, but not the action's: never signalled.
+    Foreign {
+        process: Proc,
+        why: String,
+    },
 }
 
 /// Binds a child the watchdog just forked ([`Forked::spawn`]), consuming

@@ -8,11 +8,10 @@
 //! phase and its transition table are `phase.rs`; this file feeds it inputs and does what the
 //! table leaves to the loop: checking a close for leftovers, and sealing.
 
+use mio::{Events, Interest};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
-
-use mio::{Events, Interest};
 
 use super::config::Config;
 use super::effect::{Closer, Effect, Effects};
@@ -372,9 +371,10 @@ impl Action {
         };
         let reason = sealable.reason();
         self.ext.flush_signals(&mut self.ledger);
-        let populated = receipt::close_group(self.group.take(), &mut self.ledger);
+        let populated = receipt::close_group(self.group.take(), self.me, &mut self.ledger);
         let (stop, jobs_empty) = (sealable.stop.as_mut(), self.jobs.is_empty());
-        let evidence = receipt::evidence(last, self.me, stop, jobs_empty, populated);
+        let foreign = self.ledger.foreign_seen(); // a stranger was in the group
+        let evidence = receipt::evidence(last, self.me, stop, jobs_empty, populated, foreign);
         let at = Sealing {
             state: &self.state,
             staging: self.cfg.staging.as_deref(),

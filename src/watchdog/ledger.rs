@@ -18,7 +18,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::audit::record::{
-    Counts, Event, MappingUncertain, ReplyFailed, RequestRefused, RequestsRefused,
+    Counts, Event, ForeignMember, MappingUncertain, Proc, ReplyFailed, RequestRefused,
+    RequestsRefused,
 };
 use crate::audit::{AuditError, AuditWriter};
 use crate::contain::{choice::Contained, group::ActionGroup};
@@ -34,6 +35,8 @@ pub struct Ledger {
     audit: AuditWriter,
     counts: Counts,
     uncertain: HashSet<(i32, u64)>,
+    /// Foreign members recorded (pid, start time): the proof fails if any.
+    foreign: HashSet<(i32, u64)>,
     /// The first failure, for the exit status and the stderr message.
     error: Option<String>,
     /// A failure the loop has not yet turned into a stop.
@@ -49,6 +52,7 @@ impl Ledger {
             audit,
             counts: Counts::default(),
             uncertain: HashSet::new(),
+            foreign: HashSet::new(),
             error: None,
             unhandled: None,
             burst: None,
@@ -122,6 +126,22 @@ impl Ledger {
             reason,
             detail: bounded(detail),
         }));
+    }
+
+    /// Records a member of the action's group that is not the action's
+    /// (docs/ownership.md), once per (pid, start time).
+    pub fn foreign(&mut self, process: Proc, why: &str) {
+        if !self.foreign.insert((process.pid, process.start_time)) {
+            return;
+        }
+        let why = bounded(why);
+        self.append(Event::ForeignMember(ForeignMember { process, why }));
+    }
+
+    /// Some foreign member was recorded: the action cannot be proven to
+    /// have ended alone, whatever became of it.
+    pub fn foreign_seen(&self) -> bool {
+        !self.foreign.is_empty()
     }
 
     /// A refusal nobody can be told of (no usable reply channel): counted

@@ -330,6 +330,10 @@ impl StopHost for StopDesk<'_> {
         self.ledger.uncertain(st, reason, detail);
     }
 
+    fn foreign(&mut self, process: Proc, why: &str) {
+        self.ledger.foreign(process, why);
+    }
+
     fn group(&self) -> Option<&ActionGroup> {
         self.group
     }

@@ -66,6 +66,10 @@ pub struct Evidence<'a> {
     /// cgroup mode: `cgroup.events` said populated at close (an
     /// unreadable one counts as populated); `None` without a group.
     pub group_populated: Option<bool>,
+    /// A foreign member was recorded (docs/ownership.md): a process the
+    /// action did not start was in its group, so its end is not the
+    /// action's own, whatever became of the stranger.
+    pub foreign: bool,
 }
 
 impl Evidence<'_> {
@@ -81,6 +85,7 @@ impl Evidence<'_> {
             && self.held_exited
             && self.stop.is_none_or(StopCompleted::proved)
             && self.group_populated != Some(true)
+            && !self.foreign
     }
 }
 
@@ -93,6 +98,7 @@ pub fn evidence(
     stop: Option<&mut (Stopper, StopCompleted)>,
     jobs_empty: bool,
     group_populated: Option<bool>,
+    foreign: bool,
 ) -> Evidence<'_> {
     let scan_empty = matches!(descendants(me.pid), Ok(s) if s.is_empty());
     let (held_exited, done) = match stop {
@@ -105,20 +111,27 @@ pub fn evidence(
         held_exited: held_exited && jobs_empty,
         stop: done,
         group_populated,
+        foreign,
     }
 }
 
 /// At close in cgroup mode (SPEC 8): waits (bounded) for `populated 0`,
 /// removes the group when it is empty, records both. Returns whether it
 /// was populated (`None` without a group); a group left behind is named
-/// on stderr as well.
-pub fn close_group(group: Option<ActionGroup>, ledger: &mut Ledger) -> Option<bool> {
+/// on stderr as well. A group still populated is searched for foreign
+/// members (docs/ownership.md), each recorded; none is ever killed here.
+pub fn close_group(group: Option<ActionGroup>, me: Ident, ledger: &mut Ledger) -> Option<bool> {
     let group = group?;
     let id = GroupIdentity {
         path: group.path().to_string_lossy().into_owned(),
         ino: group.ino(),
     };
     let populated = !matches!(group.wait_empty(GROUP_EMPTY_WAIT), Ok(true));
+    if populated {
+        for (process, why) in foreign_members(&group, me) {
+            ledger.foreign(process, &why);
+        }
+    }
     let (removed, detail) = match populated {
         true => (
             false,
@@ -139,6 +152,28 @@ pub fn close_group(group: Option<ActionGroup>, ledger: &mut Ledger) -> Option<bo
         detail,
     }));
     Some(populated)
+}
+
+/// The live members of `group` (nested groups too) that lineage does not
+/// prove the action's (`me`: the watchdog).
+fn foreign_members(group: &ActionGroup, me: Ident) -> Vec<(crate::vocab::Proc, String)> {
+    use crate::process::identity::{read_stat, read_uids, UNKNOWN_UID};
+    use crate::process::lineage::{Lineage, Proven};
+    let mut proven = Proven::default();
+    let mut out = Vec::new();
+    for pid in group.members_deep().unwrap_or_default() {
+        let Ok(st) = read_stat(pid) else {
+            continue;
+        };
+        if st.is_zombie() {
+            continue;
+        }
+        if let Lineage::Foreign(why) = proven.prove(&st, me, |_| false) {
+            let uid = read_uids(pid).map_or(UNKNOWN_UID, |u| u.real);
+            out.push((st.to_proc(uid), why));
+        }
+    }
+    out
 }
 
 /// The `closed` reply to the request that closed the action.

@@ -53,8 +53,17 @@ fn cgroup_mode_contains_the_tree_and_kills_it_through_the_group() {
         return;
     }
     let sibling = Sibling::start();
-    // A short grace: the tree ignores TERM in places, so KILL is needed.
-    let mut w = Watchdog::start(&["--contain", "cgroup", "--term-grace", "200ms"]);
+    // A short grace: the tree ignores TERM in places, so KILL is needed. A
+    // long kill bound: the group may take its time to freeze while what
+    // TERM ended exits (up to 2 s; see src/watchdog/stop/kill.rs).
+    let mut w = Watchdog::start(&[
+        "--contain",
+        "cgroup",
+        "--term-grace",
+        "200ms",
+        "--kill-bound",
+        "20s",
+    ]);
     let recs = w.records();
     let _guard = GroupGuard::of(&recs);
     let c = containment(&recs);

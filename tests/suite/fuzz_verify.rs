@@ -354,6 +354,7 @@ fn huge_sweep_log(path: &Path, parts: u32, per: u32) -> String {
         echild: true,
         scan_empty: true,
         left: 0,
+        foreign: None,
     }));
     log.put(&Event::TempRootRemoved(TempRootRemoved {
         removed: true,

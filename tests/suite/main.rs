@@ -33,6 +33,7 @@ mod exec;
 mod exec_handover;
 mod faults;
 mod faults_audit;
+mod foreign;
 mod framer_props;
 mod fuzz_verify;
 mod generate;

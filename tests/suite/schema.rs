@@ -172,6 +172,7 @@ fn all_codes() -> Vec<Code> {
         NoReceipt,
         NotQuiescent,
         UncertainMappings,
+        ForeignMember,
         TempRootNotRemoved,
         RootLost,
         Hangup,
@@ -193,9 +194,9 @@ fn all_codes() -> Vec<Code> {
             | ReplayMismatch | NonCanonical | MonoRegressed | BadDigest | ForeignUid
             | LeaderNotSession | StopNotCompleted | StopInClosedLog | SweepWithoutTrigger
             | EmptyLog | TornLine | NoReceipt | NotQuiescent | UncertainMappings
-            | TempRootNotRemoved | RootLost | Hangup | AuditFailure | StagingMismatch
-            | StagingNotRecorded | StagingNotChecked | StageHeld | HoldersNotScanned | IoError
-            | NotARegularFile => {}
+            | ForeignMember | TempRootNotRemoved | RootLost | Hangup | AuditFailure
+            | StagingMismatch | StagingNotRecorded | StagingNotChecked | StageHeld
+            | HoldersNotScanned | IoError | NotARegularFile => {}
         }
     }
     all
@@ -565,6 +566,10 @@ fn every_kind_events() -> Vec<Event> {
             detail: "start time 8413150 became 8419001".into(),
         }));
     }
+    ev.push(Event::ForeignMember(rea::audit::record::ForeignMember {
+        process: proc_(5001, 1, "hopper"),
+        why: "ancestor pid 1 (init) started before the watchdog and is not it".into(),
+    }));
     ev.extend([
         Event::SignalSweep(SignalSweep {
             sweep: 3,
@@ -582,6 +587,7 @@ fn every_kind_events() -> Vec<Event> {
             echild: true,
             scan_empty: true,
             left: 0,
+            foreign: None,
         }),
         Event::ReplyFailed(ReplyFailed {
             id: "install-1".into(),

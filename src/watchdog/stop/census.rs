@@ -15,7 +15,9 @@
 
 use super::group;
 use super::{StopHost, Stopper};
-use crate::process::identity::Stat;
+use crate::audit::record::Proc;
+use crate::process::identity::{read_uids, Stat, UNKNOWN_UID};
+use crate::process::lineage::Lineage;
 use crate::process::pidfd::info_supported;
 use crate::process::pidfd::VerifiedPidFd;
 use crate::process::scan::descendants_known;
@@ -33,6 +35,9 @@ pub(super) struct Census {
     closure: Vec<Stat>,
     /// Why the group or `/proc` could not be read: the end is not proven.
     pub error: Option<String>,
+    /// Members of the group found not the action's this step (without
+    /// `PIDFD_GET_INFO`; with it, the bind finds them): to record.
+    pub foreign: Vec<(Proc, String)>,
 }
 
 impl Census {
@@ -98,15 +103,35 @@ fn placeholder(pid: i32) -> Stat {
 
 impl Stopper {
     /// What this step sees; `echild`: `waitid` said there is no child.
-    pub(super) fn census(&self, host: &impl StopHost, echild: bool) -> Census {
-        let me = host.me().pid;
+    /// Members already recorded as foreign are left out: they are not the
+    /// action's, and the stop does not wait for them.
+    pub(super) fn census(&mut self, host: &impl StopHost, echild: bool) -> Census {
+        let me = host.me();
         let Some(g) = host.group() else {
-            return self.closure(me);
+            return self.closure(me.pid);
         };
         if !info_supported() {
-            let mut c = self.closure(me);
-            if let Err(e) = group::add_members(g, &mut c.closure) {
+            let mut c = self.closure(me.pid);
+            let mut missed = Vec::new();
+            if let Err(e) = group::add_members(g, &mut missed) {
                 c.error.get_or_insert(e.to_string());
+            }
+            let seen: std::collections::HashSet<i32> = c.closure.iter().map(|s| s.pid).collect();
+            for st in missed {
+                if seen.contains(&st.pid) || self.is_foreign(st.pid, Some(st.start_time)) {
+                    continue;
+                }
+                // Not in the closure: proven by its parents, or foreign.
+                let held = &self.held;
+                let alive = |p: i32| held.fds.get(&p).is_some_and(|fd| !fd.has_exited());
+                match self.proven.prove(&st, me, alive) {
+                    Lineage::Proven => c.closure.push(st),
+                    Lineage::Gone => {}
+                    Lineage::Foreign(why) => {
+                        let uid = read_uids(st.pid).map_or(UNKNOWN_UID, |u| u.real);
+                        c.foreign.push((st.to_proc(uid), why));
+                    }
+                }
             }
             return c;
         }
@@ -115,7 +140,7 @@ impl Stopper {
             Err(e) => {
                 // The group cannot be read: the closure at least, and the
                 // end is not proven by it.
-                let mut c = self.closure(me);
+                let mut c = self.closure(me.pid);
                 c.error
                     .get_or_insert(format!("{}: {e}", g.path().display()));
                 return c;
@@ -127,13 +152,16 @@ impl Stopper {
         };
         for pid in pids.into_iter().filter(|&p| p > 0) {
             let known = self.held.fds.get(&pid).map(|fd| held_stat(pid, fd));
+            if known.is_none() && self.is_foreign(pid, None) {
+                continue;
+            }
             let st = known.unwrap_or_else(|| placeholder(pid));
             c.members.push(st);
         }
         if c.members.is_empty() && !echild {
             // A child is left (a zombie not reaped yet, or a descendant
             // that left the group): the closure says which.
-            let scan = self.closure(me);
+            let scan = self.closure(me.pid);
             c.closure = scan.closure;
             c.error = scan.error;
         }
@@ -164,7 +192,7 @@ impl Stopper {
 /// (`Stopper::step`), so a held process is alive, and keeps its pid until
 /// it is reaped. Its state is given as `S`: alive, and not signalled
 /// again this stage.
-fn held_stat(pid: i32, fd: &VerifiedPidFd) -> Stat {
+pub(super) fn held_stat(pid: i32, fd: &VerifiedPidFd) -> Stat {
     let p = fd.proc();
     Stat {
         pid,

@@ -47,18 +47,20 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::audit::record::{
-    no_live_or_waitable, AskEnd, AskEnded, AskSpan, Event, Ident, Sig, Stage, StopCompleted,
-    StopReason, Uncertainty,
+    no_live_or_waitable, AskEnd, AskEnded, AskSpan, Event, ForeignMember, Ident, Proc, Sig, Stage,
+    StopCompleted, StopReason, Uncertainty,
 };
 use crate::clock::millis;
 use crate::contain::group::ActionGroup;
 use crate::process::identity::Stat;
+use crate::process::lineage::Proven;
 use crate::process::pidfd::VerifiedPidFd;
 use crate::process::reap::Peek;
 
 mod ask;
 mod census;
 mod group;
+mod kill;
 mod sweep;
 
 /// New members a TERM step must see before it freezes the group.
@@ -140,6 +142,11 @@ pub trait StopHost {
     fn reap(&mut self) -> Peek;
     /// Records a live descendant that could not be proven (once per process).
     fn uncertain(&mut self, st: &Stat, reason: Uncertainty, detail: &str);
+    /// Records a member of the action's group proven not the action's.
+    fn foreign(&mut self, process: Proc, why: &str) {
+        let why = crate::vocab::bounded(why);
+        self.append(Event::ForeignMember(ForeignMember { process, why }));
+    }
     /// The action's cgroup in cgroup mode (SPEC 8).
     fn group(&self) -> Option<&ActionGroup> {
         None
@@ -227,8 +234,13 @@ pub struct Stopper {
     held: Held,
     /// The soft descriptor limit, read when the stop began.
     soft: usize,
-    /// cgroup mode: `cgroup.kill` was written (once, at the KILL stage).
-    group_killed: bool,
+    /// cgroup mode: where the KILL stage's `cgroup.kill` stands (`kill.rs`).
+    gate: kill::Gate,
+    /// Processes proven the action's by lineage (see `process::lineage`).
+    proven: Proven,
+    /// Members of the action's group proven *not* the action's, by pid and
+    /// start time: recorded once, never signalled, left out of the census.
+    foreign: HashMap<i32, u64>,
     /// The loop's paced reaping: the last reap, and whether a child's exit
     /// is waiting for the next.
     reaped_at: Instant,
@@ -288,7 +300,9 @@ impl Stopper {
             retry: HashMap::new(),
             held: Held::default(),
             soft: sweep::soft_limit(),
-            group_killed: false,
+            gate: kill::Gate::Open,
+            proven: Proven::default(),
+            foreign: HashMap::new(),
             reaped_at: now,
             reap_wanted: false,
         }
@@ -296,14 +310,14 @@ impl Stopper {
 
     /// One step of the procedure. Never blocks.
     pub fn step(&mut self, host: &mut impl StopHost, now: Instant) -> Step {
-        // cgroup mode: `cgroup.kill` goes out the moment the grace is over,
-        // before this step's reaping and scanning (thousands of members
-        // dying of TERM make both slow).
+        // cgroup mode: the group is frozen the moment the grace is over,
+        // and `cgroup.kill` goes out as soon as its frozen census proves
+        // every member, before this step's reaping and scanning
+        // (thousands of members dying of TERM make both slow). While it
+        // freezes, no KILL sweep runs (`kill.rs`).
         let grace_over =
             self.stage == Stage::Kill || (self.stage == Stage::Term && now >= self.grace_until);
-        if grace_over && !self.group_killed && host.group().is_some() {
-            self.kill_group(host);
-        }
+        let freezing = grace_over && host.group().is_some() && self.kill_group(host, now);
         let echild = host.reap().none_left(host.me().pid);
         self.held.fds.retain(|_, fd| !fd.has_exited());
         // The ask step needs no scan: its leaders are known by identity.
@@ -315,9 +329,13 @@ impl Stopper {
                 return Step::Wait(self.next(now, signalled));
             }
         }
-        let census = self.census(host, echild);
+        let mut census = self.census(host, echild);
+        for (process, why) in std::mem::take(&mut census.foreign) {
+            self.mark_foreign(host, process, why);
+        }
         let scan_empty = census.is_empty() && census.error.is_none();
         if no_live_or_waitable(echild, scan_empty) {
+            self.thaw(host);
             return Step::Done(self.completed(now, echild, scan_empty, 0));
         }
         if self.stage == Stage::Ask {
@@ -343,10 +361,11 @@ impl Stopper {
                 }
             }
             let left = census.all().filter(|(s, _)| !s.is_zombie()).count() as u64;
+            self.thaw(host);
             return Step::Done(self.completed(now, echild, scan_empty, left));
         }
-        if self.stage == Stage::Kill && !self.group_killed {
-            self.kill_group(host);
+        if self.stage == Stage::Kill && freezing {
+            return Step::Wait((now + KILL_RESCAN).min(self.kill_until));
         }
         // cgroup mode: a TERM sweep with many members to bind runs with
         // the group frozen (thawed right after) when the CPUs are
@@ -404,17 +423,24 @@ impl Stopper {
         }
     }
 
-    /// cgroup mode, the KILL stage's first step: `cgroup.kill`, once,
-    /// recorded durably before it is written.
-    fn kill_group(&mut self, host: &mut impl StopHost) {
-        self.group_killed = true;
-        let Some(ev) = host.group().map(group::kill_record) else {
+    /// Records a member of the group proven not the action's, once (by pid
+    /// and start time); it is never signalled and the census leaves it out.
+    fn mark_foreign(&mut self, host: &mut impl StopHost, process: Proc, why: String) {
+        if self.foreign.insert(process.pid, process.start_time) == Some(process.start_time) {
             return;
+        }
+        host.foreign(process, &why);
+    }
+
+    /// Whether `pid` is a foreign member already recorded (`start_time`
+    /// `None`: a census placeholder; its `stat` is read to compare).
+    fn is_foreign(&self, pid: i32, start_time: Option<u64>) -> bool {
+        let Some(&t) = self.foreign.get(&pid) else {
+            return false;
         };
-        host.append(ev);
-        host.sync();
-        if let Some(ev) = host.group().and_then(group::kill_now) {
-            host.append(ev);
+        match start_time {
+            Some(s) => s == t,
+            None => crate::process::identity::read_stat(pid).is_ok_and(|s| s.start_time == t),
         }
     }
 
@@ -469,6 +495,7 @@ impl Stopper {
             echild,
             scan_empty,
             left,
+            foreign: (!self.foreign.is_empty()).then_some(self.foreign.len() as u64),
         }
     }
 

@@ -144,15 +144,27 @@ impl Stopper {
                 spare = self.spare(part.targets.len());
             }
             let bound = match group {
-                Some(ino) => match bind_member(st.pid, ino, me.uid) {
-                    Ok(fd) => Ok(fd),
-                    Err(MemberError::Bind(e)) => Err(e),
-                    // Not in the group (it left, or its pid names another
-                    // process now): never signalled by this path; a
-                    // descendant that left is found by the scan once the
-                    // group is empty.
-                    Err(MemberError::NotMember | MemberError::Unsupported) => Err(BindError::Gone),
-                },
+                Some(ino) => {
+                    let (proven, held) = (&mut self.proven, &self.held);
+                    let alive = |p: i32| held.fds.get(&p).is_some_and(|fd| !fd.has_exited());
+                    match bind_member(st.pid, ino, me.uid, |s| proven.prove(s, me, alive)) {
+                        Ok(fd) => Ok(fd),
+                        Err(MemberError::Bind(e)) => Err(e),
+                        // In the group, not the action's: recorded, never
+                        // signalled, left out of the census from now on.
+                        Err(MemberError::Foreign { process, why }) => {
+                            self.mark_foreign(host, process, why);
+                            continue;
+                        }
+                        // Not in the group (it left, or its pid names another
+                        // process now): never signalled by this path; a
+                        // descendant that left is found by the scan once the
+                        // group is empty.
+                        Err(MemberError::NotMember | MemberError::Unsupported) => {
+                            Err(BindError::Gone)
+                        }
+                    }
+                }
                 // No reaping happens inside a step: a child the census saw
                 // is still that child.
                 None => bind_scanned_child(st, me.uid, parent_ok),
@@ -160,6 +172,7 @@ impl Stopper {
             match bound {
                 Ok(fd) => {
                     self.retry.remove(&key);
+                    self.proven.insert(fd.pid(), fd.proc().start_time);
                     spare = spare.saturating_sub(1);
                     let again = (fd.pid(), fd.proc().start_time);
                     if again != key

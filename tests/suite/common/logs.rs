@@ -609,6 +609,7 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
                 echild: opts.proof,
                 scan_empty: opts.proof,
                 left,
+                foreign: None,
             }));
         }
     }
