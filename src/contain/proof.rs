@@ -14,7 +14,11 @@ use crate::contain::census::MAX_MEMBERS;
 use crate::process::alive::{probe, Liveness};
 use crate::process::identity::{is_gone, read_stat, real_uid};
 
-/// One process checked against run `run` (see the module doc). Its stat
+/// One process checked against run `run` (see the module doc). A process
+/// in the middle of `execve` has no environment to read yet (the kernel
+/// lays it out last): in a frozen group none is (tasks freeze on their
+/// way back to user space); elsewhere (reconcile) it reads as `missing`
+/// for that instant. Its stat
 /// is read first and the process probed by (pid, that start time) after
 /// its environment, so an environment read from a pid reused in between
 /// is never taken for the member's: the member is then gone.
@@ -175,6 +179,18 @@ mod tests {
             .env("REA_RUN_ID", run)
             .spawn()
             .unwrap();
+        // posix_spawn returns once the child has begun its exec, before
+        // the kernel has laid out the new environment (`/proc/PID/environ`
+        // reads empty until then): wait, bounded, for it to be there. A
+        // frozen member (recover) has always finished its exec: tasks
+        // freeze on their way back to user space.
+        let environ = format!("/proc/{}/environ", child.id());
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read(&environ).is_ok_and(|e| e.is_empty())
+            && std::time::Instant::now() < until
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         let m = check_member(child.id() as i32, run);
         let other = check_member(child.id() as i32, "another-run");
         // The test's own child, ended through its pidfd.

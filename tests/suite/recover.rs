@@ -586,6 +586,33 @@ fn a_drafted_stranger_is_refused_and_nothing_is_killed() {
         "the draft job put the sibling in the action's group"
     );
     l.kill_watchdog();
+
+    // reconcile labels the sibling foreign and every survivor the
+    // action's; the outcome is as without it (running, exit 5).
+    let (code, v, text) = reconcile(&l.w.audit_log, &["--staging", &l.staging()]);
+    assert_eq!(code, 5, "{v:#}");
+    let listed = v["group"]["members"].as_array().unwrap();
+    let sib = listed.iter().find(|x| x["pid"] == pid).unwrap();
+    assert_eq!(sib["role"], "foreign", "{sib:#}");
+    assert!(sib["not_the_action"]
+        .as_array()
+        .unwrap()
+        .contains(&"no_run_id".into()));
+    for mb in l.survivors() {
+        let x = listed.iter().find(|x| x["pid"] == mb.pid).unwrap();
+        assert_eq!(x["role"], "action", "{} {x:#}", mb.role);
+    }
+    assert!(
+        text.lines().any(
+            |t| t.contains(&format!("pid {pid} ")) && t.contains("FOREIGN: not the action's: ")
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("refuses while they are in the group"),
+        "{text}"
+    );
+
     let new = l.w.scratch.path("recovery.jsonl");
     let r = recover(&l.w.audit_log, &new, Some(&l.staging()));
     assert_eq!(r.code, 2, "{:#}\n{}", r.json, r.stderr);
