@@ -553,11 +553,7 @@ fn group_reasons(r: &Report, running: bool, rs: &mut Vec<RReason>) -> bool {
                 g.recorded.path,
                 who.trim_start_matches(" and ")
             ),
-            format!(
-                "{cmd} ends them all through the recorded group (cgroup.kill, after checking the \
-                 chain, that the watchdog is gone and the inode) and writes a sealed recovery log \
-                 NEW for `rea-audit verify NEW`; or check each by hand"
-            ),
+            super::reconcile_group::recover_hint(g, cmd),
         ));
     }
     if !r.log.sealed {

@@ -2,8 +2,13 @@
 //! `containment` record names the action's cgroup, the group is looked up
 //! again by its recorded path and inode and its members are listed with
 //! pid, start time, comm and whether they run ([`crate::contain::census`],
-//! read-only). A group that is gone, or whose name now names another
-//! directory, is said plainly; its members are never read then.
+//! read-only). Each live member is checked against the run as `recover`
+//! checks it ([`crate::contain::proof`]): one that started before the
+//! run's watchdog or lacks the run's `REA_RUN_ID` is labelled `foreign`
+//! (a stranger written into the group's `cgroup.procs` is a member, not
+//! the action's; `recover` refuses while one is there). A group that is
+//! gone, or whose name now names another directory, is said plainly; its
+//! members are never read then.
 
 use std::path::Path;
 
@@ -12,7 +17,19 @@ use serde::Serialize;
 use super::reconcile_env::check_hint;
 use super::reconcile_log::LogScan;
 use super::record::{Containment, GroupIdentity, GroupMember, GroupSeen, GroupState};
+use super::record_group::{NotTheAction, RunIdSeen};
 use crate::contain::census::{census, look};
+use crate::contain::proof::check_member;
+
+/// Whose a live member of the group is, by the proof `recover` uses.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MemberRole {
+    /// Started after the run's watchdog and carries its `REA_RUN_ID`.
+    Action,
+    /// Not proven the action's (see `not_the_action`).
+    Foreign,
+}
 
 #[derive(Serialize, Clone, Debug)]
 pub struct MemberPart {
@@ -20,6 +37,16 @@ pub struct MemberPart {
     pub member: GroupMember,
     /// For a live member: commands that show what it is.
     pub check: Option<String>,
+    /// For a live member, when the log names its run and watchdog.
+    pub role: Option<MemberRole>,
+    /// Why a `foreign` member is not the action's.
+    pub not_the_action: Vec<NotTheAction>,
+}
+
+impl MemberPart {
+    pub fn is_foreign(&self) -> bool {
+        self.role == Some(MemberRole::Foreign)
+    }
 }
 
 #[derive(Serialize, Clone, Debug)]
@@ -91,15 +118,37 @@ pub fn group_part(s: &LogScan) -> Option<GroupPart> {
     p.members_not_visible = c.not_visible;
     p.error = c.error.clone();
     let alive = c.alive().count();
+    let run = s.run.clone();
+    let run_start = s.run_started.as_ref().map(|r| r.watchdog.start_time);
     p.members = c
         .members
         .into_iter()
-        .map(|m| MemberPart {
-            check: match (m.alive, m.start_time) {
-                (true, Some(st)) => Some(check_hint(m.pid, st)),
-                _ => None,
-            },
-            member: m,
+        .map(|m| {
+            let mut part = MemberPart {
+                check: match (m.alive, m.start_time) {
+                    (true, Some(st)) => Some(check_hint(m.pid, st)),
+                    _ => None,
+                },
+                role: None,
+                not_the_action: Vec::new(),
+                member: m,
+            };
+            if let (true, Some(run), Some(start)) = (part.member.alive, &run, run_start) {
+                // Gone or a zombie since the census: not labelled.
+                let checked = check_member(part.member.pid, run);
+                let same = checked.start_time == part.member.start_time;
+                let failed = checked.failed(start);
+                part.role = match checked.run_id {
+                    RunIdSeen::Gone | RunIdSeen::Zombie => None,
+                    _ if !same => None,
+                    _ if failed.is_empty() => Some(MemberRole::Action),
+                    _ => Some(MemberRole::Foreign),
+                };
+                if part.role == Some(MemberRole::Foreign) {
+                    part.not_the_action = failed;
+                }
+            }
+            part
         })
         .collect();
     p.detail = match (p.populated, &p.error) {
@@ -116,6 +165,32 @@ pub fn group_part(s: &LogScan) -> Option<GroupPart> {
         ),
     };
     Some(p)
+}
+
+/// What to do about the group's live members with no watchdog: recover
+/// them, unless some are not the action's (then `recover` refuses).
+pub fn recover_hint(g: &GroupPart, cmd: &str) -> String {
+    let foreign: Vec<String> = g
+        .members
+        .iter()
+        .filter(|m| m.is_foreign())
+        .map(|m| m.member.pid.to_string())
+        .collect();
+    if foreign.is_empty() {
+        format!(
+            "{cmd} ends them all through the recorded group (cgroup.kill, after checking the \
+             chain, that the watchdog is gone, the inode, and that every member is the \
+             action's) and writes a sealed recovery log NEW for `rea-audit verify NEW`; or \
+             check each by hand"
+        )
+    } else {
+        format!(
+            "not the action's (foreign): {}; {cmd} refuses while they are in the group: move \
+             them out (write each pid to another group's cgroup.procs) or check them by hand, \
+             then recover",
+            foreign.join(", ")
+        )
+    }
 }
 
 /// A word a POSIX shell reads back as itself.

@@ -303,9 +303,15 @@ fn group(s: &mut String, r: &Report) {
     );
     for m in &g.members {
         let m2 = &m.member;
+        let foreign = if m.is_foreign() {
+            let why: Vec<&str> = m.not_the_action.iter().map(|f| f.as_str()).collect();
+            format!(", FOREIGN: not the action's: {}", why.join(", "))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             s,
-            "  {:<7} pid {} start {}  member ({})",
+            "  {:<7} pid {} start {}  member ({}){foreign}",
             if m2.alive { "ALIVE" } else { "gone" },
             m2.pid,
             m2.start_time.map_or("?".into(), |t| t.to_string()),

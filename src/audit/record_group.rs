@@ -141,3 +141,131 @@ pub struct ForeignMember {
     /// or the start time before the watchdog's.
     pub why: String,
 }
+
+/// What a group member's `/proc/PID/environ` says of the run's
+/// `REA_RUN_ID` (every job the watchdog spawns carries it; a process
+/// drafted into the group by writing its pid to `cgroup.procs` does not).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RunIdSeen {
+    /// `REA_RUN_ID=<the run>` is in its environment.
+    Carried,
+    /// Its environment was read and has no `REA_RUN_ID=<the run>`.
+    Missing,
+    /// Its environment could not be read (EACCES, an I/O error) while the
+    /// process still ran: nothing proves it is the action's.
+    Unreadable,
+    /// A zombie (it has no environment any more). Not counted against
+    /// the action: a zombie runs no code, so drafting one gains nothing,
+    /// and `cgroup.kill` does nothing to it (its parent reaps it).
+    Zombie,
+    /// It exited between the listing and the check: not a member now.
+    Gone,
+}
+
+/// Why a member is not proven the action's.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum NotTheAction {
+    /// It started before the run's watchdog (start times in clock ticks
+    /// since boot, `/proc/PID/stat` field 22): no job of the run can be.
+    StartedBeforeRun,
+    /// Its environment has no `REA_RUN_ID` of the run.
+    NoRunId,
+    /// Its environment could not be read.
+    EnvironUnreadable,
+    /// Its start time could not be read while it still ran.
+    StartTimeUnreadable,
+}
+
+impl NotTheAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotTheAction::StartedBeforeRun => "started_before_run",
+            NotTheAction::NoRunId => "no_run_id",
+            NotTheAction::EnvironUnreadable => "environ_unreadable",
+            NotTheAction::StartTimeUnreadable => "start_time_unreadable",
+        }
+    }
+}
+
+/// One member of a group checked against the run (`rea-watchdog
+/// recover`'s census of the frozen group, `rea-audit reconcile`'s
+/// labels): the facts only; [`CheckedMember::failed`] decides, so a
+/// verifier decides again from what was recorded.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CheckedMember {
+    pub pid: i32,
+    /// `/proc/PID/stat` field 22 (`null`: unread; it exited, or `run_id`
+    /// says why not).
+    pub start_time: Option<u64>,
+    /// Real uid from `/proc/PID/status`.
+    pub uid: Option<u32>,
+    pub comm: Option<String>,
+    pub run_id: RunIdSeen,
+    /// Why something could not be read (empty when all was).
+    pub detail: String,
+}
+
+impl CheckedMember {
+    /// What fails the proof that this member is the action's, for a run
+    /// whose watchdog started at `run_start` (empty: it is the action's,
+    /// or not a running member at all: gone or a zombie).
+    pub fn failed(&self, run_start: u64) -> Vec<NotTheAction> {
+        let mut out = Vec::new();
+        if matches!(self.run_id, RunIdSeen::Gone | RunIdSeen::Zombie) {
+            return out;
+        }
+        match self.start_time {
+            None => out.push(NotTheAction::StartTimeUnreadable),
+            Some(t) if t < run_start => out.push(NotTheAction::StartedBeforeRun),
+            Some(_) => {}
+        }
+        match self.run_id {
+            RunIdSeen::Missing => out.push(NotTheAction::NoRunId),
+            RunIdSeen::Unreadable => out.push(NotTheAction::EnvironUnreadable),
+            _ => {}
+        }
+        out
+    }
+
+    /// This member as named among the foreign ones, when it fails.
+    pub fn foreign(&self, run_start: u64) -> Option<UnprovenMember> {
+        let failed = self.failed(run_start);
+        (!failed.is_empty()).then(|| UnprovenMember {
+            pid: self.pid,
+            start_time: self.start_time,
+            uid: self.uid,
+            comm: self.comm.clone(),
+            failed,
+        })
+    }
+}
+
+/// A member that is not proven the action's: what `recover` names when
+/// it refuses and `reconcile` labels `foreign`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct UnprovenMember {
+    pub pid: i32,
+    pub start_time: Option<u64>,
+    pub uid: Option<u32>,
+    pub comm: Option<String>,
+    pub failed: Vec<NotTheAction>,
+}
+
+impl UnprovenMember {
+    /// "pid 42 (sleep, uid 0, start time 1234): started_before_run, no_run_id".
+    pub fn describe(&self) -> String {
+        let why: Vec<&str> = self.failed.iter().map(|f| f.as_str()).collect();
+        format!(
+            "pid {} ({}, uid {}, start time {}): {}",
+            self.pid,
+            self.comm.as_deref().unwrap_or("?"),
+            self.uid.map_or("?".into(), |u| u.to_string()),
+            self.start_time.map_or("?".into(), |t| t.to_string()),
+            why.join(", ")
+        )
+    }
+}

@@ -15,7 +15,7 @@ use crate::recover::record::{
     Code, Outcome, RecoveryChecked, RecoveryDecided, RecoveryEvent, RecoveryGroupRemoved,
     RecoveryKilled, RecoveryMembers, RecoveryScan, RecoveryStaging, RecoveryStarted,
 };
-use crate::recover::rule::{failures, gathered, refusal};
+use crate::recover::rule::{failures, gathered, member_refusal, refusal};
 
 /// Where each kind belongs (strictly increasing through the log).
 fn rank(ev: &RecoveryEvent) -> u8 {
@@ -138,7 +138,10 @@ pub(crate) fn judge(c: &mut Check, staging: Option<&Path>) -> Judged {
                 c.push(Problem::OutOfOrder, line, detail);
             }
         }
-        None => ran(c, s, &r, &d, line),
+        None => match r.members.as_ref().and_then(|m| member_refusal(s, m)) {
+            Some(code) => refused_after_census(c, s, &r, &d, code, line),
+            None => ran(c, s, &r, &d, line),
+        },
     }
     for x in &d.reasons {
         let class = Status::Retain;
@@ -160,6 +163,36 @@ pub(crate) fn judge(c: &mut Check, staging: Option<&Path>) -> Judged {
         j.holders = holders;
     }
     j
+}
+
+/// A recovery the frozen group's census refused (not frozen, members
+/// not checkable, or a member not the action's): the decision must be
+/// that refusal, and nothing may follow the census but the decision.
+fn refused_after_census(
+    c: &mut Check,
+    s: &RecoveryStarted,
+    r: &Records,
+    d: &RecoveryDecided,
+    code: Code,
+    line: Option<u64>,
+) {
+    let codes: Vec<Code> = d.reasons.iter().map(|x| x.code).collect();
+    if d.outcome != Outcome::Refused || codes != [code] {
+        let detail = format!(
+            "the recorded census gives the refusal {}; the decision says {:?} {codes:?}",
+            code.as_str(),
+            d.outcome
+        );
+        c.push(Problem::DecisionMismatch, line, detail);
+    }
+    if r.members.as_ref().map(|m| &m.group) != s.group() {
+        let detail = "the group counted is not the one LOG recorded";
+        c.push(Problem::DecisionMismatch, line, detail);
+    }
+    if r.killed.is_some() || r.removed.is_some() || r.staging.is_some() || r.scan.is_some() {
+        let detail = "a recovery refused by its census records no kill, yet this log does";
+        c.push(Problem::OutOfOrder, line, detail);
+    }
 }
 
 /// A recovery the facts let run: every act recorded, the decision the

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::people;
 use super::reader::{open_log, read_lines, OpenError, Piece, Wire};
 use super::record::StagingInventoried;
+use super::record_group::RunIdSeen;
 use super::recover_judge::judge;
 use super::recover_lines::{Check, Judged};
 use super::verdict::{Decision, Status};
@@ -308,9 +309,23 @@ pub(crate) fn show_line(w: &Wire) -> Option<String> {
                 .map_or("not looked at".into(), |g| people::word(&g.state))
         ),
         RecoveryEvent::Members(m) => {
-            let pids: Vec<String> = m.members.iter().map(|x| x.pid.to_string()).collect();
+            // Each pid, and what its environment said of the run's id
+            // when it is not simply carried.
+            let pids: Vec<String> = m
+                .members
+                .iter()
+                .map(|x| match x.run_id {
+                    RunIdSeen::Carried => x.pid.to_string(),
+                    other => format!("{}({})", x.pid, people::word(&other)),
+                })
+                .collect();
             format!(
-                "{} member(s) before cgroup.kill: {}",
+                "group {}; {} member(s) checked: {}",
+                if m.freeze.frozen {
+                    "frozen"
+                } else {
+                    "NOT frozen"
+                },
                 pids.len(),
                 pids.join(" ")
             )

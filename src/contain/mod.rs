@@ -6,7 +6,9 @@
 //! its operations (members, populated, kill, remove) as methods, like
 //! [`crate::process::pidfd::VerifiedPidFd`] for a process. `census`
 //! looks a recorded group up again and lists who is in it (reconcile,
-//! recover). `mode` is the vocabulary the records use.
+//! recover); `proof` checks each member is the action's (started after
+//! the run's watchdog, carrying its `REA_RUN_ID`). `mode` is the
+//! vocabulary the records use.
 
 pub mod census;
 pub mod choice;
@@ -14,3 +16,4 @@ pub mod discover;
 pub mod group;
 pub mod mode;
 pub mod nested;
+pub mod proof;

@@ -1,24 +1,29 @@
-//! The recovery itself, once every check passed: record who is in the
-//! group, then `cgroup.kill` (through [`ActionGroup::kill`], on the group
-//! opened by its recorded inode: the one other way anything in rea is
-//! killed, SPEC 3.5), wait (bounded by [`WAIT`]) for `populated 0`,
-//! `rmdir` the group, inventory the stage, and look for live processes
-//! that still carry the run's `REA_RUN_ID` outside it. Each step is made
-//! durable in the recovery log as it is done; the members before the kill.
+//! The recovery itself, once every check passed: freeze the group
+//! (bounded by [`FREEZE_WAIT`]), take the census of the frozen group and
+//! check every member against the run ([`crate::contain::proof`]), and
+//! refuse (thawed, nothing killed) unless the group froze and every member
+//! is the action's. Then `cgroup.kill` (through [`ActionGroup::kill`], on
+//! the group opened by its recorded inode: the one other way anything in
+//! rea is killed), wait (bounded by [`WAIT`]) for `populated 0`, `rmdir`
+//! the group, inventory the stage, and look for live processes that still
+//! carry the run's `REA_RUN_ID` outside it. Each step is made durable in
+//! the recovery log as it is done; the checked members before the kill.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::log::RecoveryLog;
 use super::record::{
-    Code, Reason, RecoveryEvent, RecoveryGroupRemoved, RecoveryKilled, RecoveryMembers,
-    RecoveryScan, RecoveryStaging, RecoveryStarted, ScanProc,
+    Code, Reason, RecoveryEvent, RecoveryFreeze, RecoveryGroupRemoved, RecoveryKilled,
+    RecoveryMembers, RecoveryScan, RecoveryStaging, RecoveryStarted, ScanProc,
 };
-use super::rule::failures;
+use super::rule::{explain_members, failures, foreign, member_refusal};
 use crate::audit::reconcile_env::run_processes;
 use crate::audit::record::GroupMember;
+use crate::audit::record_group::UnprovenMember;
 use crate::contain::census::census;
 use crate::contain::group::ActionGroup;
+use crate::contain::proof::checked_census;
 
 /// How long the recovery waits for `populated 0` after `cgroup.kill`.
 /// A constant, not a flag: the kernel delivers SIGKILL to every member at
@@ -27,6 +32,13 @@ use crate::contain::group::ActionGroup;
 /// promptly (uninterruptible sleep), and the recovery says so instead of
 /// waiting longer.
 pub const WAIT: Duration = Duration::from_secs(5);
+
+/// How long the recovery waits for `frozen 1` after `cgroup.freeze` 1.
+/// A constant, like [`WAIT`]: a member freezes at its next return to user
+/// space (microseconds); one that does not within 5 s sleeps
+/// uninterruptibly, and the recovery refuses rather than kill a group it
+/// could not hold still while it checked it.
+pub const FREEZE_WAIT: Duration = Duration::from_secs(5);
 
 /// Processes of the run found outside the group that are listed, at most.
 const MAX_SCAN: usize = 64;
@@ -46,28 +58,71 @@ fn pids(ms: &[GroupMember]) -> String {
     }
 }
 
-/// Runs the recovery on `g`; the reasons it is not proven (empty:
-/// recovered). Stops at the first record that cannot be made durable.
-pub fn act(
-    log: &mut RecoveryLog,
-    g: ActionGroup,
-    s: &RecoveryStarted,
-) -> Result<Vec<Reason>, LogFailed> {
-    let fail = |killed: bool| move |error: std::io::Error| LogFailed { error, killed };
-    let identity = crate::audit::record::GroupIdentity {
-        path: g.path().display().to_string(),
-        ino: g.ino(),
+/// What the recovery did.
+pub enum Acted {
+    /// Refused after the census (the group thawed, nothing killed): the
+    /// reason, and the members that are not the action's.
+    Refused(Reason, Vec<UnprovenMember>),
+    /// It ran: the reasons it is not proven (empty: recovered).
+    Ran(Vec<Reason>),
+}
+
+/// Freezes `g`, takes the census of the frozen group and checks every
+/// member against the run (the record `recover` makes before it kills).
+fn frozen_census(g: &ActionGroup, s: &RecoveryStarted) -> RecoveryMembers {
+    let t0 = Instant::now();
+    let froze = g.freeze(FREEZE_WAIT);
+    let freeze = RecoveryFreeze {
+        frozen: matches!(froze, Ok(true)),
+        waited_ms: t0.elapsed().as_millis() as u64,
+        wait_limit_ms: FREEZE_WAIT.as_millis() as u64,
+        error: froze.err().map(|e| format!("cgroup.freeze: {e}")),
     };
-    let before = census(&g);
-    log.record(&RecoveryEvent::Members(RecoveryMembers {
-        group: identity.clone(),
-        populated: before.populated,
-        members: before.members,
-        members_not_listed: before.not_listed,
-        members_not_visible: before.not_visible,
-        error: before.error,
-    }))
-    .map_err(fail(false))?;
+    let run = s.log_run.clone().unwrap_or_default();
+    let start = s.watchdog.map_or(u64::MAX, |w| w.start_time);
+    let c = checked_census(g, &run, start);
+    RecoveryMembers {
+        group: crate::audit::record::GroupIdentity {
+            path: g.path().display().to_string(),
+            ino: g.ino(),
+        },
+        freeze,
+        populated: c.populated,
+        members: c.members,
+        members_not_listed: c.not_listed,
+        members_not_listed_foreign: c.not_listed_foreign,
+        members_not_visible: c.not_visible,
+        error: c.error,
+    }
+}
+
+/// Undoes the freeze; what to tell about it when it fails (the group's
+/// members stay stopped until `cgroup.freeze` is 0 again).
+fn thaw(g: &ActionGroup) -> String {
+    match g.thaw() {
+        Ok(()) => String::new(),
+        Err(e) => format!(
+            "; the group could NOT be thawed ({e}): write 0 to {}/cgroup.freeze",
+            g.path().display()
+        ),
+    }
+}
+
+/// Runs the recovery on `g` (see the module doc). Stops at the first
+/// record that cannot be made durable (the group thawed if nothing was
+/// killed).
+pub fn act(log: &mut RecoveryLog, g: ActionGroup, s: &RecoveryStarted) -> Result<Acted, LogFailed> {
+    let fail = |killed: bool| move |error: std::io::Error| LogFailed { error, killed };
+    let before = frozen_census(&g, s);
+    let identity = before.group.clone();
+    if let Err(e) = log.record(&RecoveryEvent::Members(before.clone())) {
+        thaw(&g);
+        return Err(fail(false)(e));
+    }
+    if let Some(code) = member_refusal(s, &before) {
+        let detail = explain_members(code, s, &before) + &thaw(&g);
+        return Ok(Acted::Refused(Reason { code, detail }, foreign(s, &before)));
+    }
 
     let t0 = Instant::now();
     let kill_error = g.kill().err().map(|e| format!("cgroup.kill: {e}"));
@@ -77,6 +132,11 @@ pub fn act(
     }
     let waited_ms = t0.elapsed().as_millis() as u64;
     let populated = g.populated().ok();
+    if populated != Some(false) {
+        // Whoever is left runs again (a kill that was written is
+        // delivered as they thaw); the group is not left stopped.
+        thaw(&g);
+    }
     let left = match populated {
         Some(false) => Default::default(),
         _ => census(&g),
@@ -181,5 +241,5 @@ pub fn act(
             Reason { code, detail }
         })
         .collect();
-    Ok(reasons)
+    Ok(Acted::Ran(reasons))
 }

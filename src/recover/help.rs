@@ -23,15 +23,34 @@ reason code on stderr, and in NEW when NEW can be created) when:
   recoverer_in_group this process is itself in the group
   new_log_exists     NEW already exists (never overwritten; not recorded)
   new_log_in_stage   NEW would be inside the stage (not created; not recorded)
-Otherwise it records the group's members (pid, start time, comm), writes
+Then it freezes the group (cgroup.freeze 1, at most 5 s for frozen 1),
+records the frozen group's members (pid, start time, uid, comm, whether
+the environment carries the run's REA_RUN_ID), and refuses, thawing the
+group, when:
+  freeze_failed      the group could not be frozen
+  members_unproven   members cannot be checked (cgroup.procs unreadable,
+                     members outside this PID namespace)
+  foreign_member     a member is not the action's: membership is not
+                     ownership (anyone who may write the group's
+                     cgroup.procs can put a stranger in it); a member
+                     counts only if it started after the run's watchdog
+                     and its environment carries REA_RUN_ID=<run>. Each
+                     foreign one is named with what failed:
+                     started_before_run, no_run_id, environ_unreadable
+                     (start_time_unreadable); stdout's foreign_members
+                     lists them. A zombie or a member that exited during
+                     the check does not count (a zombie runs nothing).
+                     Move them out (write each pid to another group's
+                     cgroup.procs) or end them, then recover again.
+Otherwise it writes
 cgroup.kill to the group opened by its recorded inode, waits at most 5 s
 (a constant) for populated 0, removes the group, inventories the stage
 (--staging DIR, else the one LOG recorded), looks for live processes still
 carrying the run's REA_RUN_ID, and seals NEW: a hash-chained log whose first
 record names LOG's run and its last intact seq and head. LOG is never
 written; its own verdict stays retain. stdout: one JSON line (outcome,
-reasons, audit_log, head, recorded, killed, log_run, log_intact_seq,
-log_intact_head). Run it in the PID namespace the watchdog ran in.
+reasons, audit_log, head, recorded, killed, foreign_members, log_run,
+log_intact_seq, log_intact_head). Run it in the PID namespace the watchdog ran in.
 
 Exit status: 0 recovered (group emptied and removed, nothing of the run
 left); 1 it ran but is not proven (kill_failed, still_populated,

@@ -7,8 +7,13 @@
 //! line or a missing receipt is fine: the watchdog died), LOG not sealed,
 //! its watchdog gone (pidfd and start time), a cgroup recorded, the group's
 //! directory still the recorded inode, this process not inside it; then NEW
-//! must not exist and must not be inside the stage. Otherwise it records
-//! the members, writes `cgroup.kill`, waits (bounded) for `populated 0`,
+//! must not exist and must not be inside the stage. Otherwise it freezes
+//! the group, records its members each checked against the run, and
+//! refuses (thawed, nothing killed) unless it froze and every member is
+//! the action's: started after the run's watchdog and carrying the run's
+//! `REA_RUN_ID` (membership of a cgroup is not ownership: anyone allowed
+//! to write its `cgroup.procs` can put a stranger in it). Then it
+//! writes `cgroup.kill`, waits (bounded) for `populated 0`,
 //! removes the group, inventories the stage, scans for the run's
 //! `REA_RUN_ID` outside it, and seals NEW with the decision. NEW is a
 //! hash-chained log of its own (SPEC 4's rule; kinds in [`record`]) whose
@@ -28,8 +33,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use self::act::Acted;
 use self::log::RecoveryLog;
 use self::record::{Code, Outcome, Reason, RecoveryDecided, RecoveryEvent, RecoveryStarted};
+use crate::audit::record_group::UnprovenMember;
 
 /// Exit statuses of `rea-watchdog recover` (125, a usage error, is the
 /// binary's, as for every rea-watchdog command).
@@ -68,6 +75,9 @@ pub struct Done {
     pub log_intact_head: Option<String>,
     /// `cgroup.kill` was written.
     pub killed: bool,
+    /// Members of the frozen group that are not the action's (a
+    /// `foreign_member` refusal names them; empty otherwise).
+    pub foreign_members: Vec<UnprovenMember>,
 }
 
 fn say(msg: &str) {
@@ -88,6 +98,7 @@ impl Done {
             log_intact_seq: s.log_intact_seq,
             log_intact_head: s.log_intact_head.clone(),
             killed: false,
+            foreign_members: Vec::new(),
         }
     }
 
@@ -215,7 +226,21 @@ pub fn recover(o: &Options) -> Done {
     let path = g.path().display().to_string();
     match act::act(&mut log, g, &s) {
         Err(f) => done.log_failed(&f.error, f.killed),
-        Ok(reasons) => {
+        Ok(Acted::Refused(r, foreign)) => {
+            let mut done = done;
+            done.foreign_members = foreign;
+            let done = seal(log, done, Outcome::Refused, vec![r.clone()]);
+            if done.recorded {
+                say(&format!(
+                    "recover refused ({}): {}; nothing was killed (recorded in {})",
+                    r.code.as_str(),
+                    r.detail,
+                    done.audit_log
+                ));
+            }
+            done
+        }
+        Ok(Acted::Ran(reasons)) => {
             let mut done = done;
             done.killed = !reasons.iter().any(|r| r.code == Code::KillFailed);
             let outcome = if reasons.is_empty() {

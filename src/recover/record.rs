@@ -6,8 +6,11 @@
 //! Order: `recovery_started` (what LOG shows: its run, last intact seq and
 //! head, seal, watchdog, containment), `recovery_checked` (what was found
 //! now: the watchdog's liveness, the group's directory), then either
-//! `recovery_decided` (refused) at once, or `recovery_members` (made
-//! durable before `cgroup.kill`), `recovery_killed`,
+//! `recovery_decided` (refused) at once, or `recovery_members` (the
+//! frozen group's census, each member checked against the run; made
+//! durable before `cgroup.kill`), then `recovery_decided` (refused: a
+//! member is not the action's, or the group did not freeze) or
+//! `recovery_killed`,
 //! `recovery_group_removed`, `recovery_staging` (when a stage is known),
 //! `recovery_scan`, and `recovery_decided` last.
 
@@ -16,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::audit::record::{
     Containment, DirIdentity, GroupIdentity, GroupMember, GroupSeen, Ident, StagingInventoried,
 };
+use crate::audit::record_group::CheckedMember;
 use crate::process::alive::Liveness;
 
 /// `v` of every record.
@@ -54,6 +58,16 @@ pub enum Code {
     NewLogExists,
     /// NEW would be inside the stage (not created; not recorded).
     NewLogInStage,
+    /// The group could not be frozen (`cgroup.freeze` unwritable, or no
+    /// `frozen 1` within the bound): its census would not be a proof.
+    FreezeFailed,
+    /// Members of the frozen group could not be checked (`cgroup.procs`
+    /// unreadable, or members outside this PID namespace).
+    MembersUnproven,
+    /// A member of the frozen group is not the action's: it started
+    /// before the run's watchdog, or its environment lacks the run's
+    /// `REA_RUN_ID` (or cannot be read). Membership is not ownership.
+    ForeignMember,
     /// `cgroup.kill` could not be written.
     KillFailed,
     /// The group was still populated when the wait ran out.
@@ -145,17 +159,36 @@ pub struct RecoveryChecked {
     pub recoverer_in_group: Option<bool>,
 }
 
-/// The group's members just before `cgroup.kill` (durable before it).
+/// `cgroup.freeze` 1 written to the group and `frozen 1` awaited: while
+/// frozen no member runs or forks, and a process drafted into the group
+/// after the census stays frozen in it, so the census is what the kill
+/// would reach, apart from what is written into `cgroup.procs` meanwhile
+/// (the window is the checks' few milliseconds, not the recovery's).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RecoveryFreeze {
+    /// `frozen 1` was seen in `cgroup.events` within the bound.
+    pub frozen: bool,
+    pub waited_ms: u64,
+    pub wait_limit_ms: u64,
+    /// Why `cgroup.freeze` or `cgroup.events` could not be used.
+    pub error: Option<String>,
+}
+
+/// The frozen group's members, each checked against the run (made
+/// durable before `cgroup.kill`, and before a refusal that names them).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct RecoveryMembers {
     pub group: GroupIdentity,
+    pub freeze: RecoveryFreeze,
     pub populated: Option<bool>,
-    pub members: Vec<GroupMember>,
+    pub members: Vec<CheckedMember>,
     pub members_not_listed: u64,
+    /// Members beyond the listing that are not the action's (counted).
+    pub members_not_listed_foreign: u64,
     pub members_not_visible: u64,
-    /// Why `cgroup.procs` or `cgroup.events` could not be read (the kill
-    /// is written all the same: it does not depend on the listing).
+    /// Why `cgroup.procs` or `cgroup.events` could not be read.
     pub error: Option<String>,
 }
 

@@ -8,14 +8,20 @@
 //! watchdog alive (or unknown), no cgroup recorded, the group gone,
 //! recreated or unreachable, this process inside the group. (NEW existing
 //! or inside the stage come last and are never in a log: NEW is not
-//! created then.) A recovery that ran is `recovered` only when
+//! created then.) Then, from the census of the frozen group
+//! ([`member_refusal`]): the group did not freeze, members that cannot be
+//! checked, a member that is not the action's (started before the run's
+//! watchdog, or no `REA_RUN_ID` of the run in its environment). A
+//! recovery that ran is `recovered` only when
 //! `cgroup.kill` was written, the group is not populated, it was removed,
 //! and no live process outside it carries the run's `REA_RUN_ID`.
 
 use super::record::{
-    Code, RecoveryChecked, RecoveryGroupRemoved, RecoveryKilled, RecoveryScan, RecoveryStarted,
+    Code, RecoveryChecked, RecoveryGroupRemoved, RecoveryKilled, RecoveryMembers, RecoveryScan,
+    RecoveryStarted,
 };
 use crate::audit::record::GroupState;
+use crate::audit::record_group::UnprovenMember;
 use crate::process::alive::Liveness;
 
 /// The first refusal the facts give, if any.
@@ -50,6 +56,77 @@ pub fn refusal(s: &RecoveryStarted, c: &RecoveryChecked) -> Option<Code> {
         return Some(Code::RecovererInGroup);
     }
     None
+}
+
+/// The run's start as the members are judged against it: the start time
+/// of LOG's watchdog (clock ticks since boot). Without one (never, once
+/// [`refusal`] passed) nothing can have started after it.
+fn run_start(s: &RecoveryStarted) -> u64 {
+    s.watchdog.map_or(u64::MAX, |w| w.start_time)
+}
+
+/// The refusal the frozen group's census gives, if any (asked once
+/// [`refusal`] gave none): not frozen, members not checkable, a member
+/// not the action's. Nothing is killed then.
+pub fn member_refusal(s: &RecoveryStarted, m: &RecoveryMembers) -> Option<Code> {
+    if !m.freeze.frozen || m.freeze.error.is_some() {
+        return Some(Code::FreezeFailed);
+    }
+    if m.error.is_some() || m.members_not_visible > 0 {
+        return Some(Code::MembersUnproven);
+    }
+    if m.members_not_listed_foreign > 0 || !foreign(s, m).is_empty() {
+        return Some(Code::ForeignMember);
+    }
+    None
+}
+
+/// The listed members of the census that are not the action's.
+pub fn foreign(s: &RecoveryStarted, m: &RecoveryMembers) -> Vec<UnprovenMember> {
+    let start = run_start(s);
+    m.members.iter().filter_map(|x| x.foreign(start)).collect()
+}
+
+/// For people: what a refusal from the census means.
+pub fn explain_members(code: Code, s: &RecoveryStarted, m: &RecoveryMembers) -> String {
+    let g = &m.group.path;
+    match code {
+        Code::FreezeFailed => format!(
+            "the group {g} could not be frozen ({}): a census of a running group proves \
+             nothing about who the kill would reach",
+            m.freeze.error.clone().unwrap_or_else(|| format!(
+                "no frozen 1 in cgroup.events after {} ms",
+                m.freeze.waited_ms
+            ))
+        ),
+        Code::MembersUnproven => format!(
+            "the members of {g} cannot all be checked ({}): run recover in the PID namespace \
+             the watchdog ran in",
+            m.error.clone().unwrap_or_else(|| format!(
+                "{} member(s) outside this PID namespace",
+                m.members_not_visible
+            ))
+        ),
+        Code::ForeignMember => {
+            let named: Vec<String> = foreign(s, m).iter().map(|f| f.describe()).collect();
+            let more = if m.members_not_listed_foreign > 0 {
+                format!(" and {} more not listed", m.members_not_listed_foreign)
+            } else {
+                String::new()
+            };
+            format!(
+                "the group {g} holds processes that are not the action's (membership is not \
+                 ownership: a pid written into its cgroup.procs): {}{more}; a member must have \
+                 started after the run's watchdog (start time {}) and carry REA_RUN_ID={}; \
+                 move them out of the group (write each pid to another group's cgroup.procs) \
+                 or end them yourself, then run recover again",
+                named.join("; "),
+                run_start(s),
+                s.log_run.as_deref().unwrap_or("?")
+            )
+        }
+        other => other.as_str(),
+    }
 }
 
 /// Which facts a recovery gathers given LOG: (probe the watchdog, look

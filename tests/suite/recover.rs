@@ -530,3 +530,196 @@ fn refusals_without_a_tree_sealed_none_new_exists_new_in_stage() {
         assert!(help.contains(want), "{want}: {help}");
     }
 }
+
+/// Puts a process back into a group (`cgroup.procs` of `home`) on drop:
+/// the sibling a test drafted into the action's group goes home before the
+/// group's guard ends that group, whatever happened.
+struct SendHome {
+    pid: i32,
+    home: std::path::PathBuf,
+}
+
+impl Drop for SendHome {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.home.join("cgroup.procs"), self.pid.to_string());
+    }
+}
+
+/// Membership is not ownership: a job (root) writes the unrelated
+/// sibling's pid into the action's `cgroup.procs`, then the watchdog is
+/// SIGKILLed. `recover` must refuse (`foreign_member`, exit 2), kill
+/// nothing (every member of the action and the sibling still alive), and
+/// name the sibling in NEW and on stdout; `verify NEW` re-derives the
+/// refusal. The sibling started before the run and has no `REA_RUN_ID`.
+#[test]
+fn a_drafted_stranger_is_refused_and_nothing_is_killed() {
+    if skip_outside_pid_ns("recover with a stranger drafted into the group") {
+        return;
+    }
+    let Some(home) = test_cgroup() else {
+        assert!(
+            !pid_ns_required(),
+            "tools/test made no cgroup (REA_TEST_CGROUP unset or not absolute)"
+        );
+        eprintln!("SKIP: no test cgroup (run through tools/test as root)");
+        return;
+    };
+    let sibling = Sibling::start();
+    let pid = sibling.pid();
+    let mut l = Lost::with(
+        &sibling,
+        &["--pass-env", "REA_TREE_DRAFT_PID"],
+        &["draft"],
+        |cmd| {
+            cmd.env("REA_TREE_DRAFT_PID", pid.to_string());
+        },
+        false,
+    );
+    // Declared after the group's guard: dropped (sent home) before it.
+    let _home = SendHome {
+        pid,
+        home: home.clone(),
+    };
+    let g = ActionGroup::open_recorded(&l.guard.path, l.guard.ino).unwrap();
+    assert!(
+        g.members().unwrap().contains(&pid),
+        "the draft job put the sibling in the action's group"
+    );
+    l.kill_watchdog();
+
+    // reconcile labels the sibling foreign and every survivor the
+    // action's; the outcome is as without it (running, exit 5).
+    let (code, v, text) = reconcile(&l.w.audit_log, &["--staging", &l.staging()]);
+    assert_eq!(code, 5, "{v:#}");
+    let listed = v["group"]["members"].as_array().unwrap();
+    let sib = listed.iter().find(|x| x["pid"] == pid).unwrap();
+    assert_eq!(sib["role"], "foreign", "{sib:#}");
+    assert!(sib["not_the_action"]
+        .as_array()
+        .unwrap()
+        .contains(&"no_run_id".into()));
+    for mb in l.survivors() {
+        let x = listed.iter().find(|x| x["pid"] == mb.pid).unwrap();
+        assert_eq!(x["role"], "action", "{} {x:#}", mb.role);
+    }
+    assert!(
+        text.lines().any(
+            |t| t.contains(&format!("pid {pid} ")) && t.contains("FOREIGN: not the action's: ")
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("refuses while they are in the group"),
+        "{text}"
+    );
+
+    let new = l.w.scratch.path("recovery.jsonl");
+    let r = recover(&l.w.audit_log, &new, Some(&l.staging()));
+    assert_eq!(r.code, 2, "{:#}\n{}", r.json, r.stderr);
+    sibling.assert_alive();
+    assert_eq!(
+        l.survivors().len(),
+        l.expected_survivors,
+        "recover killed a member"
+    );
+    assert!(l.guard.exists(), "the group is still there");
+    assert_eq!(r.json["outcome"], "refused", "{:#}", r.json);
+    assert_eq!(codes(&r.json), vec!["foreign_member".to_string()]);
+    assert_eq!(r.json["killed"], false);
+    assert_eq!(r.json["recorded"], true);
+    let foreign = r.json["foreign_members"].as_array().unwrap();
+    assert_eq!(foreign.len(), 1, "{:#}", r.json);
+    assert_eq!(foreign[0]["pid"], pid);
+    // No REA_RUN_ID; started before the watchdog too, unless both began
+    // within the same clock tick (start times are in ticks, 10 ms here).
+    let failed = foreign[0]["failed"].as_array().unwrap();
+    let wd_start = first_record(&new)["data"]["watchdog"]["start_time"]
+        .as_u64()
+        .unwrap();
+    let before = foreign[0]["start_time"].as_u64().unwrap() < wd_start;
+    let mut want = vec![Value::from("no_run_id")];
+    if before {
+        want.insert(0, "started_before_run".into());
+    }
+    assert_eq!(failed, &want, "{:#}", r.json);
+    assert!(
+        r.stderr.contains("recover refused (foreign_member)")
+            && r.stderr.contains(&format!("pid {pid}"))
+            && r.stderr.contains("nothing was killed"),
+        "{}",
+        r.stderr
+    );
+
+    // NEW: the frozen census, the sibling named foreign, refused.
+    let recs = recovery_records(&new);
+    let kinds: Vec<&str> = recs.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "recovery_started",
+            "recovery_checked",
+            "recovery_members",
+            "recovery_decided"
+        ]
+    );
+    let m = &recs[2]["data"];
+    assert_eq!(m["freeze"]["frozen"], true, "{m:#}");
+    let named = m["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["pid"] == pid)
+        .unwrap_or_else(|| panic!("the sibling is not in the census: {m:#}"));
+    assert_eq!(named["run_id"], "missing", "{named:#}");
+    for mb in l.survivors() {
+        let x = m["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["pid"] == mb.pid)
+            .unwrap_or_else(|| panic!("{} not in the census: {m:#}", mb.role));
+        assert_eq!(x["run_id"], "carried", "{} ({x:#})", mb.role);
+    }
+    let (vcode, v) = verify_recovery(&new, &[]);
+    assert_eq!(vcode, 1, "{v:#}");
+    assert_eq!(v["result"], "refused", "{v:#}");
+    assert!(codes(&v).contains(&"foreign_member".into()), "{v:#}");
+    let detail = v["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["code"] == "foreign_member")
+        .unwrap()["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(detail.contains(&format!("pid {pid}")), "{detail}");
+    // Thawed: the members run again (a frozen group reports frozen 0).
+    let events = std::fs::read_to_string(l.guard.path.join("cgroup.events")).unwrap();
+    assert!(events.contains("frozen 0"), "{events}");
+
+    // A forged decision, re-chained: recovered with the stranger named.
+    let mut lines = common::logs::read_lines(&new);
+    let last = lines.len() - 1;
+    let forged_dec = br#"{"outcome":"recovered","reasons":[]}"#;
+    let at = lines[last]
+        .windows(7)
+        .position(|x| x == b"\"data\":")
+        .unwrap()
+        + 7;
+    lines[last].truncate(at);
+    lines[last].extend_from_slice(forged_dec);
+    lines[last].push(b'}');
+    let run_id = recs[0]["run"].as_str().unwrap().to_string();
+    rechain(&mut lines, &run_id, last);
+    let forged = l.w.scratch.path("forged.jsonl");
+    common::logs::write_lines(&forged, &lines);
+    let (code, v) = verify_recovery(&forged, &[]);
+    assert_eq!(code, 3, "{v:#}");
+    assert!(codes(&v).contains(&"decision_mismatch".into()), "{v:#}");
+
+    // The sibling goes home; the rest is the guard's (the action's own).
+    std::fs::write(home.join("cgroup.procs"), pid.to_string()).unwrap();
+    assert!(!g.members().unwrap().contains(&pid));
+    sibling.assert_alive();
+}

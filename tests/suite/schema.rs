@@ -1584,13 +1584,14 @@ fn readme_worked_example_verifies() {
 
 mod recovery {
     use super::*;
+    use rea::audit::record_group::{CheckedMember, RunIdSeen};
     use rea::audit::recover_log::{verify_recovery_file, RecoveryOptions};
     use rea::process::alive::Liveness;
     use rea::recover::log::RecoveryLog;
     use rea::recover::record::{
         Code as RCode, Outcome as ROutcome, Reason as RReason, RecoveryChecked, RecoveryDecided,
-        RecoveryEvent, RecoveryGroupRemoved, RecoveryKilled, RecoveryMembers, RecoveryScan,
-        RecoveryStaging, RecoveryStarted, ScanProc, WatchdogSeen, KINDS as RKINDS,
+        RecoveryEvent, RecoveryFreeze, RecoveryGroupRemoved, RecoveryKilled, RecoveryMembers,
+        RecoveryScan, RecoveryStaging, RecoveryStarted, ScanProc, WatchdogSeen, KINDS as RKINDS,
     };
 
     /// Every recovery code; the `match` stops compiling when one is added.
@@ -1610,6 +1611,9 @@ mod recovery {
             RecovererInGroup,
             NewLogExists,
             NewLogInStage,
+            FreezeFailed,
+            MembersUnproven,
+            ForeignMember,
             KillFailed,
             StillPopulated,
             GroupNotRemoved,
@@ -1620,7 +1624,8 @@ mod recovery {
             match c {
                 LogUnreadable | LogTampered | LogSealed | NoRunStarted | WatchdogAlive
                 | WatchdogUnknown | NoGroup | GroupGone | GroupRecreated | GroupUnreachable
-                | RecovererInGroup | NewLogExists | NewLogInStage | KillFailed | StillPopulated
+                | RecovererInGroup | NewLogExists | NewLogInStage | FreezeFailed
+                | MembersUnproven | ForeignMember | KillFailed | StillPopulated
                 | GroupNotRemoved | ScanFailed | RunProcessesLeft => {}
             }
         }
@@ -1634,12 +1639,21 @@ mod recovery {
         }
     }
 
-    fn member(pid: i32, alive: bool) -> GroupMember {
-        GroupMember {
+    /// A member checked against the run: every `run_id` and optional
+    /// field appears in [`every_recovery_event`].
+    fn checked(pid: i32, run_id: RunIdSeen) -> CheckedMember {
+        let known = run_id != RunIdSeen::Gone;
+        CheckedMember {
             pid,
-            start_time: alive.then_some(8_412_400 + pid as u64),
-            comm: alive.then(|| "python3".to_string()),
-            alive,
+            start_time: known.then_some(8_412_400 + pid as u64),
+            uid: known.then_some(0),
+            comm: known.then(|| "python3".to_string()),
+            run_id,
+            detail: if known {
+                String::new()
+            } else {
+                "exited before it was checked".into()
+            },
         }
     }
 
@@ -1684,10 +1698,24 @@ mod recovery {
             }),
             RecoveryEvent::Members(RecoveryMembers {
                 group: group(),
+                // Every member passes (the log verifies as `failed`);
+                // the other run_id values and a freeze error are checked
+                // against the schema in the next test.
+                freeze: RecoveryFreeze {
+                    frozen: true,
+                    waited_ms: 1,
+                    wait_limit_ms: 5000,
+                    error: None,
+                },
                 populated: Some(true),
-                members: vec![member(4301, true), member(4302, false)],
+                members: vec![
+                    checked(4301, RunIdSeen::Carried),
+                    checked(4302, RunIdSeen::Gone),
+                    checked(4305, RunIdSeen::Zombie),
+                ],
                 members_not_listed: 0,
-                members_not_visible: 1,
+                members_not_listed_foreign: 0,
+                members_not_visible: 0,
                 error: None,
             }),
             RecoveryEvent::Killed(RecoveryKilled {
@@ -1839,6 +1867,19 @@ mod recovery {
         let mut r = lines[1].clone();
         r["data"]["group"]["state"] = json!("moved");
         assert_rejected(&rec, &r, "unknown group state");
+        // The census: a foreign member's facts and a failed freeze are
+        // valid records; an unknown run_id value is not.
+        let mut r = lines[2].clone();
+        r["data"]["members"][0]["run_id"] = json!("missing");
+        r["data"]["members"][1]["run_id"] = json!("unreadable");
+        r["data"]["freeze"]["frozen"] = json!(false);
+        r["data"]["freeze"]["error"] = json!("cgroup.freeze: EACCES");
+        assert!(rec.is_valid(&r), "{:#?}", schema_errors(&rec, &r));
+        r["data"]["members"][0]["run_id"] = json!("forged");
+        assert_rejected(&rec, &r, "unknown run_id");
+        let mut r = lines[2].clone();
+        r["data"]["members"][0]["alive"] = json!(true);
+        assert_rejected(&rec, &r, "a census member with an unknown field");
 
         let verdict = common::schema::compile("recovery-verdict");
         let v = verify_recovery_file(&path, &RecoveryOptions::default());

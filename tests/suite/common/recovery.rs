@@ -44,15 +44,29 @@ pub struct Lost {
     pub held: Held,
     pub submit: Option<Child>,
     pub guard: GroupGuard,
+    /// Members alive once the watchdog is gone (the leader is not).
+    pub expected_survivors: usize,
 }
 
 impl Lost {
     /// Starts the watchdog (`--contain cgroup` plus `extra`), submits the
     /// tree, and (unless `kill` is false) SIGKILLs the watchdog.
     pub fn new(sibling: &Sibling, extra: &[&str], kill: bool) -> Lost {
+        Lost::with(sibling, extra, &[], |_| {}, kill)
+    }
+
+    /// [`Lost::new`] with `more` shapes after [`LOST_SHAPES`] (one process
+    /// each) and `tune` applied to the watchdog's command (its environment).
+    pub fn with(
+        sibling: &Sibling,
+        extra: &[&str],
+        more: &[&str],
+        tune: impl FnOnce(&mut Command),
+        kill: bool,
+    ) -> Lost {
         let mut flags = vec!["--contain", "cgroup"];
         flags.extend_from_slice(extra);
-        let w = Watchdog::start(&flags);
+        let w = Watchdog::start_with(Scratch::new(), None, &flags, tune);
         let guard = GroupGuard::of(&w.records()).expect("a cgroup-mode containment record");
         let mut oracle = Oracle::new(&w.scratch, "oracle");
         let mut argv = vec![
@@ -61,7 +75,7 @@ impl Lost {
             "--oracle".into(),
             oracle.arg().to_string(),
         ];
-        for s in LOST_SHAPES {
+        for s in LOST_SHAPES.iter().chain(more) {
             argv.extend(["--shape".to_string(), s.to_string()]);
         }
         argv.extend(["--then".to_string(), "wait".to_string()]);
@@ -85,6 +99,7 @@ impl Lost {
             held,
             submit: Some(submit),
             guard,
+            expected_survivors: LOST_SHAPES.len() + 2 + more.len(),
         };
         if kill {
             lost.kill_watchdog();
@@ -102,7 +117,7 @@ impl Lost {
             "the job's leader outlived the watchdog (PDEATHSIG)"
         );
         let alive = self.survivors().len();
-        assert_eq!(alive, LOST_SHAPES.len() + 2, "chain:3 is three processes");
+        assert_eq!(alive, self.expected_survivors, "chain:3 is three processes");
     }
 
     /// The members still alive.
