@@ -181,6 +181,7 @@ fn all_codes() -> Vec<Code> {
         StagingNotChecked,
         StageHeld,
         HoldersNotScanned,
+        StageUnreadable,
         IoError,
         NotARegularFile,
     ];
@@ -194,8 +195,8 @@ fn all_codes() -> Vec<Code> {
             | LeaderNotSession | StopNotCompleted | StopInClosedLog | SweepWithoutTrigger
             | EmptyLog | TornLine | NoReceipt | NotQuiescent | UncertainMappings
             | TempRootNotRemoved | RootLost | Hangup | AuditFailure | StagingMismatch
-            | StagingNotRecorded | StagingNotChecked | StageHeld | HoldersNotScanned | IoError
-            | NotARegularFile => {}
+            | StagingNotRecorded | StagingNotChecked | StageHeld | HoldersNotScanned
+            | StageUnreadable | IoError | NotARegularFile => {}
         }
     }
     all
@@ -256,6 +257,7 @@ fn staging_inventoried() -> StagingInventoried {
             },
         ],
         special_truncated: false,
+        unreadable: None,
     }
 }
 
