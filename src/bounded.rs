@@ -230,7 +230,7 @@ where
 }
 
 /// `/dev/null` on 0-2 and every descriptor but `kept` closed.
-fn only_these(kept: &mut Vec<i32>) {
+fn only_these(kept: &mut [i32]) {
     kept.sort_unstable();
     if let Ok(null) = std::fs::OpenOptions::new()
         .read(true)

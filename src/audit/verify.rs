@@ -531,9 +531,7 @@ fn judge(
                     );
                 }
                 // The stage of this run, changed or not: who holds it now.
-                let Some(scan) = seen.scan else {
-                    return None;
-                };
+                let scan = seen.scan?;
                 let (found, scan) = stage_held::found(scan);
                 match found {
                     Ok(found) => {

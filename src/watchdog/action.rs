@@ -391,19 +391,7 @@ impl Action {
         self.replies.drain_all(&mut self.src, EXIT_FLUSH);
         self.jobs.flush_passthrough(&mut self.src, EXIT_FLUSH);
         if self.cfg.mode == Mode::Exec {
-            // exec's state directory was private to it. Removed in a helper
-            // with a deadline: a stuck mount left in it must not keep exec
-            // from ending.
-            let state = &self.state;
-            let key = state.path.to_string_lossy();
-            let keep = [std::os::fd::AsFd::as_fd(&state.dir)];
-            let _ = crate::bounded::run(
-                "the state directory",
-                &key,
-                crate::bounded::STAGE_DEADLINE,
-                &keep,
-                || state.remove_all().map_err(|e| e.to_string()),
-            );
+            self.state.remove_all_bounded(); // exec's state directory was private to it
         }
         let exec = self.jobs.last().filter(|_| self.cfg.mode == Mode::Exec);
         let fin = receipt::finished(positive, head, reason, sealable.signal, exec, &self.ledger);

@@ -211,7 +211,7 @@ fn verifiers_answer(w: &Watchdog, mount: &Path) {
 
     let (o, took) = audit(&["verify", log, "--json", "--staging", stage]);
     assert!(took < ANSWER, "verify took {took:?}: {}", text(&o));
-    let v: Value = serde_json::from_slice(&o.stdout).expect(&text(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
     common::schema::assert_valid(common::schema::verdict_validator(), &v, "verdict");
     assert_eq!(o.status.code(), Some(1), "{v:#}");
     assert_eq!(v["verdict"], "retain", "{v:#}");
@@ -237,7 +237,7 @@ fn verifiers_answer(w: &Watchdog, mount: &Path) {
 
     let (o, took) = audit(&["reconcile", log, "--json", "--staging", stage]);
     assert!(took < ANSWER, "reconcile took {took:?}: {}", text(&o));
-    let r: Value = serde_json::from_slice(&o.stdout).expect(&text(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
     assert_eq!(o.status.code(), Some(6), "{r:#}");
     assert!(text(&o).contains("stage_unreadable"), "{r:#}");
     helpers.extend(helpers_named(&text(&o)));
