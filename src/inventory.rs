@@ -303,6 +303,7 @@ pub fn staging_open(path: &Path) -> io::Result<(StagingInventoried, OwnedFd)> {
         inventory: w.inventory,
         special: w.special,
         special_truncated: w.special_truncated,
+        unreadable: None,
     };
     Ok((inv, fd))
 }

@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod b64;
+pub mod bounded;
 pub mod client;
 pub mod clock;
 pub mod contain;

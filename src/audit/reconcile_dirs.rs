@@ -144,9 +144,16 @@ pub fn stage_part(s: &LogScan, staging: Option<&Path>) -> StagePart {
         };
         return p;
     };
-    let now = match inventory::staging(dir) {
-        Ok(n) => n,
-        Err(e) => {
+    // In a helper with a deadline: a stuck mount on or under the stage
+    // makes an answer (stage_unreadable), not a hang.
+    let now = match super::stage_held::look(dir, None) {
+        Ok(seen) => seen.now,
+        Err(crate::bounded::Failure::Blocked(b)) => {
+            p.identity_matches = Some(false);
+            p.detail = format!("stage_unreadable: {b}");
+            return p;
+        }
+        Err(crate::bounded::Failure::Failed(e)) => {
             p.identity_matches = Some(false);
             p.detail = format!("cannot inventory {}: {e}", dir.display());
             return p;

@@ -419,6 +419,11 @@ pub struct StagingInventoried {
     /// covers them all.
     pub special: Vec<TempEntry>,
     pub special_truncated: bool,
+    /// Set when the stage could not be read within its deadline at close
+    /// (a stuck file system on or under it): why, the blocked helper
+    /// named. `identity` is then the start's and `inventory` empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<String>,
 }
 
 /// The holder scan at close (README "Nothing holds the stage"): the stage

@@ -285,15 +285,16 @@ fn compare_stage(rule: &StageRule<'_>) -> (Vec<(Problem, String)>, Option<Holder
             Problem::StagingNotRecorded,
             format!("--staging {} given, but LOG recorded no stage", p.display()),
         )),
-        (Some(p), Some(sealed)) => match inventory::staging_open(p) {
-            Ok((now, _)) if !inventory::same_dir(&now.identity, &sealed.identity) => out.push((
+        (Some(p), Some(sealed)) => match stage_held::look(p, Some(&sealed.identity)) {
+            Ok(seen) if !inventory::same_dir(&seen.now.identity, &sealed.identity) => out.push((
                 Problem::StagingMismatch,
                 format!(
                     "{} is not the stage the recovery inventoried (dev/ino/uid/mode differ)",
                     p.display()
                 ),
             )),
-            Ok((now, dir)) => {
+            Ok(seen) => {
+                let now = seen.now;
                 if now.inventory != sealed.inventory || now.special != sealed.special {
                     out.push((
                         Problem::StagingMismatch,
@@ -303,14 +304,19 @@ fn compare_stage(rule: &StageRule<'_>) -> (Vec<(Problem, String)>, Option<Holder
                         ),
                     ));
                 }
-                let (found, scan) = stage_held::check(p, std::os::fd::AsFd::as_fd(&dir));
-                match found {
-                    Ok(found) => out.extend(found.into_iter().map(|f| (Problem::StageHeld, f))),
-                    Err(e) => out.push((Problem::HoldersNotScanned, e)),
+                if let Some(scan) = seen.scan {
+                    let (found, scan) = stage_held::found(scan);
+                    match found {
+                        Ok(found) => out.extend(found.into_iter().map(|f| (Problem::StageHeld, f))),
+                        Err(e) => out.push((Problem::HoldersNotScanned, e)),
+                    }
+                    holders = scan;
                 }
-                holders = scan;
             }
-            Err(e) => out.push((
+            Err(crate::bounded::Failure::Blocked(b)) => {
+                out.push((Problem::StageUnreadable, b.to_string()))
+            }
+            Err(crate::bounded::Failure::Failed(e)) => out.push((
                 Problem::StagingMismatch,
                 format!("cannot inventory {}: {e}", p.display()),
             )),

@@ -44,6 +44,8 @@ pub enum Problem {
     StageHeld,
     /// The stage could not be scanned for holders.
     HoldersNotScanned,
+    /// The stage could not be read within its deadline (a stuck mount).
+    StageUnreadable,
 }
 
 impl Problem {
@@ -53,7 +55,7 @@ impl Problem {
             EmptyLog | TornLine | NoDecision => Status::Incomplete,
             IoError | NotARegularFile => Status::Error,
             StagingMismatch | StagingNotChecked | StagingNotRecorded | StageHeld
-            | HoldersNotScanned => Status::Retain,
+            | HoldersNotScanned | StageUnreadable => Status::Retain,
             _ => Status::Tampered,
         }
     }

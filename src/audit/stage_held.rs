@@ -5,12 +5,16 @@
 //! named in the verdict but does not decide it: what a verifier may read
 //! is its privilege, like the PID namespaces it cannot see (README).
 
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 
-use super::record::HoldersScanned;
+use serde::{Deserialize, Serialize};
+
+use super::record::{DirIdentity, HoldersScanned, StagingInventoried};
+use crate::bounded::{self, Failure, STAGE_DEADLINE};
 use crate::holders::scan::scan_fds;
 use crate::holders::{text, HolderScan};
+use crate::inventory;
 
 /// What a recorded scan says: one detail per finding (none: not held), or
 /// why it could not run. The discard decides on this, and its replay too.
@@ -47,5 +51,44 @@ pub fn check(
             Err(format!("cannot scan {} for holders: {e}", path.display())),
             None,
         ),
+    }
+}
+
+/// The stage as a verifier finds it now: its inventory, and the holder
+/// scan when it is the directory the log recorded (`Err`: why it could
+/// not be scanned).
+#[derive(Serialize, Deserialize)]
+pub struct StageNow {
+    pub now: StagingInventoried,
+    pub scan: Option<Result<HolderScan, String>>,
+}
+
+/// Inventories the stage at `path` and, when it is the directory `expect`
+/// (device, inode, owner, mode), scans it for holders through the same
+/// descriptor: all of it in a helper with [`STAGE_DEADLINE`]
+/// ([`crate::bounded`]), so a stuck mount on or under the stage makes an
+/// answer ([`Failure::Blocked`]: `stage_unreadable`), not a hang.
+/// [`Failure::Failed`] is the inventory's own error.
+pub fn look(path: &Path, expect: Option<&DirIdentity>) -> Result<StageNow, Failure> {
+    let what = format!("the stage {}", path.display());
+    let key = path.to_string_lossy();
+    bounded::run(&what, &key, STAGE_DEADLINE, &[], || {
+        let (now, dir) = inventory::staging_open(path).map_err(|e| e.to_string())?;
+        let same = expect.is_some_and(|e| inventory::same_dir(e, &now.identity));
+        let scan = same.then(|| {
+            scan_fds(&[(path, dir.as_fd())])
+                .map_err(|e| format!("cannot scan {} for holders: {e}", path.display()))
+        });
+        Ok(StageNow { now, scan })
+    })
+}
+
+/// [`check`]'s answer from a scan [`look`] made.
+pub fn found(
+    scan: Result<HolderScan, String>,
+) -> (Result<Vec<String>, String>, Option<HolderScan>) {
+    match scan {
+        Ok(s) => (Ok(held(&s)), Some(s)),
+        Err(e) => (Err(e), None),
     }
 }

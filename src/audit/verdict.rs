@@ -99,6 +99,9 @@ pub enum Code {
     StageHeld,
     /// The stage could not be scanned for holders.
     HoldersNotScanned,
+    /// The stage (or a mount under it) could not be read within its
+    /// deadline, at close or now: its helper is named in the detail.
+    StageUnreadable,
     // Could not look.
     IoError,
     NotARegularFile,
@@ -119,7 +122,7 @@ impl Code {
             EmptyLog | TornLine | NoReceipt => Status::Incomplete,
             NotQuiescent | UncertainMappings | ForeignMember | TempRootNotRemoved | RootLost
             | Hangup | AuditFailure | StagingMismatch | StagingNotRecorded | StagingNotChecked
-            | StageHeld | HoldersNotScanned => Status::Retain,
+            | StageHeld | HoldersNotScanned | StageUnreadable => Status::Retain,
             IoError | NotARegularFile => Status::Error,
         }
     }

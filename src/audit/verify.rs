@@ -7,7 +7,6 @@
 //! but never buffered whole.
 
 use std::io::Read;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -20,6 +19,7 @@ use super::rules;
 use super::stage_held;
 use super::verdict::{Code, Reason, Status, Verdict};
 use super::writer::MAX_LINE;
+use crate::bounded::Failure;
 use crate::holders::HolderScan;
 use crate::inventory;
 
@@ -503,6 +503,9 @@ fn judge(
             "the watchdog got a hangup (SIGHUP): the controller's intent is unknown, so keep the stage",
         );
     }
+    if let Some(why) = rc.staging.as_ref().and_then(|s| s.unreadable.as_ref()) {
+        rs.push(Code::StageUnreadable, None, format!("at close: {why}"));
+    }
     let start_staging = replay.start().and_then(|s| s.staging.as_ref());
     if let (Some(at_start), Some(sealed)) = (start_staging, &rc.staging) {
         if !inventory::same_dir(at_start, &sealed.identity) {
@@ -519,8 +522,8 @@ fn judge(
             None,
             format!("--staging {} given, but this run recorded no staging directory", path.display()),
         ),
-        (Some(path), Some(sealed)) => match inventory::staging_open(path) {
-            Ok((now, _)) if !inventory::same_dir(&now.identity, &sealed.identity) => rs.push(
+        (Some(path), Some(sealed)) => match stage_held::look(path, Some(&sealed.identity)) {
+            Ok(seen) if !inventory::same_dir(&seen.now.identity, &sealed.identity) => rs.push(
                 Code::StagingMismatch,
                 None,
                 format!(
@@ -528,7 +531,8 @@ fn judge(
                     path.display()
                 ),
             ),
-            Ok((now, dir)) => {
+            Ok(seen) => {
+                let now = seen.now;
                 if now.inventory != sealed.inventory || now.special != sealed.special {
                     rs.push(
                         Code::StagingMismatch,
@@ -537,7 +541,8 @@ fn judge(
                     );
                 }
                 // The stage of this run, changed or not: who holds it now.
-                let (found, scan) = stage_held::check(path, dir.as_fd());
+                let scan = seen.scan?;
+                let (found, scan) = stage_held::found(scan);
                 match found {
                     Ok(found) => {
                         for f in found {
@@ -548,7 +553,8 @@ fn judge(
                 }
                 return scan;
             }
-            Err(e) => {
+            Err(Failure::Blocked(b)) => rs.push(Code::StageUnreadable, None, b.to_string()),
+            Err(Failure::Failed(e)) => {
                 rs.push(Code::StagingMismatch, None, format!("cannot inventory {}: {e}", path.display()))
             }
         },

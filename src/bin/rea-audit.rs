@@ -22,7 +22,10 @@ Exit codes (verify):
                      and no process, mount or loop device holds it now)
   1  retain          sealed and intact, but the receipt or staging forbids
                      deletion (stage_held: something holds the stage; each
-                     holder is named, see rea-audit holders --help)
+                     holder is named, see rea-audit holders --help;
+                     stage_unreadable: the stage, or a mount under it, could
+                     not be read within 5 s, at close or now: the answer
+                     still comes within 10 s, the blocked helper named)
   2  incomplete      torn last line or no receipt: the watchdog did not finish
   3  tampered        chain, sequence, run, replay or pinned head do not hold
   4  error           the log could not be read, or the command line is wrong
@@ -103,7 +106,10 @@ Exit codes (holders):
   0  not held   no process, mount or loop device holds the trees (what
                 could not be read is named)
   1  held       a holder, mount or loop device was found (each named)
-  4  error      a DIR could not be walked, or the command line is wrong";
+  4  error      a DIR could not be walked, or the command line is wrong;
+                a DIR not read within 5 s (a stuck mount on or under it)
+                is stage_unreadable, the blocked helper named: the walk
+                runs in a helper process, so the answer comes within 10 s";
 
 #[derive(Parser)]
 #[command(
@@ -338,9 +344,23 @@ fn main() -> ExitCode {
         }
         Cmd::Holders { dirs, json } => {
             let paths: Vec<&std::path::Path> = dirs.iter().map(|d| d.as_path()).collect();
-            let scan = match rea::holders::scan::scan(&paths) {
+            // The walk and the scan run in a helper with a deadline: a
+            // stuck mount on or under a DIR makes an answer, not a hang.
+            let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+            let what = format!("the tree {}", shown.join(", "));
+            let scanned = rea::bounded::run(
+                &what,
+                &shown.join("\0"),
+                rea::bounded::STAGE_DEADLINE,
+                &[],
+                || rea::holders::scan::scan(&paths).map_err(|e| e.to_string()),
+            );
+            let scan = match scanned {
                 Ok(s) => s,
-                Err(e) => return usage(&escape(&e.to_string())),
+                Err(rea::bounded::Failure::Blocked(b)) => {
+                    return usage(&escape(&format!("stage_unreadable: cannot scan: {b}")))
+                }
+                Err(rea::bounded::Failure::Failed(e)) => return usage(&escape(&e)),
             };
             if json {
                 match serde_json::to_string_pretty(&scan) {

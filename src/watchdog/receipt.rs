@@ -5,7 +5,6 @@
 //! pidfds all exited, how the stop ended, the ledger's counts) and never
 //! the other rooms, so the proof can be read in one place.
 
-use std::io;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
@@ -19,6 +18,7 @@ use crate::audit::record::{
     TempRootInventoried, TempRootRemoved,
 };
 use crate::audit::record::{GroupIdentity, GroupRemoved};
+use crate::bounded::{Failure, STAGE_DEADLINE};
 use crate::contain::group::ActionGroup;
 use crate::holders::scan::scan;
 use crate::inventory;
@@ -198,12 +198,25 @@ pub fn closed_reply(
 /// The holder scan at close, of the stage and the temp root, recorded.
 /// Returns why the temp root must be kept, if it must: something holds it
 /// (a process that is not a descendant: quiescence is proven first), or
-/// the scan could not say.
+/// the scan could not say. It walks the trees, so it runs in a helper
+/// with a deadline ([`crate::bounded`]): a scan that does not answer in
+/// time is a failed scan (the temp root is kept), never a hang.
 fn scan_holders(staging: Option<&Path>, state: &StateDir, ledger: &mut Ledger) -> Option<String> {
     let tmp = state.tmp_path();
     let mut roots: Vec<&Path> = staging.into_iter().collect();
     roots.push(&tmp);
-    let (record, keep) = match scan(&roots) {
+    let key = format!(
+        "holders {}",
+        roots
+            .iter()
+            .map(|r| r.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let scanned = crate::bounded::run("the holder scan", &key, STAGE_DEADLINE, &[], || {
+        scan(&roots).map_err(|e| e.to_string())
+    });
+    let (record, keep) = match scanned {
         Ok(h) => {
             let held = h.roots.last().map_or(0, |r| r.held);
             let keep = (held > 0).then(|| format!("kept: held by {held} holder(s) at close"));
@@ -211,6 +224,7 @@ fn scan_holders(staging: Option<&Path>, state: &StateDir, ledger: &mut Ledger) -
         }
         Err(e) => {
             let error = bounded(&e.to_string());
+            crate::tell::note(format_args!("the holder scan at close failed: {error}"));
             let keep = format!("kept: the holder scan failed: {error}");
             (HoldersScanned::Failed { error }, Some(keep))
         }
@@ -227,12 +241,15 @@ fn clear_temp_root(
     held: Option<String>,
     ledger: &mut Ledger,
 ) -> bool {
-    let opened = inventory::open_dir(&state.tmp_path()).and_then(|fd| {
-        let st = nix::sys::stat::fstat(&fd)?;
+    let tmp = state.tmp_path();
+    let key = tmp.to_string_lossy();
+    let opened = crate::bounded::run("the temp root", &key, STAGE_DEADLINE, &[], || {
+        let fd = inventory::open_dir(&tmp).map_err(|e| e.to_string())?;
+        let st = nix::sys::stat::fstat(&fd).map_err(|e| e.to_string())?;
         if (st.st_dev, st.st_ino) != (state.tmp.dev, state.tmp.ino) {
-            return Err(io::Error::other("the temp root was replaced"));
+            return Err("the temp root was replaced".to_string());
         }
-        inventory::inventory_fd(fd.as_fd(), 64)
+        inventory::inventory_fd(fd.as_fd(), 64).map_err(|e| e.to_string())
     });
     match opened {
         Ok((inv, listing)) => {
@@ -258,7 +275,11 @@ fn clear_temp_root(
     } else if let Some(why) = held {
         (false, why)
     } else {
-        match state.remove_tmp() {
+        // Through the state directory's descriptor, kept in the helper.
+        let keep = [state.dir.as_fd()];
+        match crate::bounded::run("the temp root", &key, STAGE_DEADLINE, &keep, || {
+            state.remove_tmp().map_err(|e| e.to_string())
+        }) {
             Ok(()) => (true, String::new()),
             Err(e) => (false, bounded(&e.to_string())),
         }
@@ -269,14 +290,26 @@ fn clear_temp_root(
 
 /// Staging is inventoried, never deleted. An unreadable stage keeps the
 /// start identity with an empty inventory, which `verify --staging` then
-/// cannot match (fail closed).
-fn inventory_staging(
-    path: Option<&Path>,
-    start: Option<&DirIdentity>,
-    ledger: &mut Ledger,
-) -> Option<StagingInventoried> {
+/// cannot match (fail closed). The walk runs in a helper with a deadline
+/// ([`crate::bounded`]): a stage that does not answer in time (a stuck
+/// mount on or under it) is recorded `unreadable`, its helper named, and
+/// `verify` says `stage_unreadable` (retain).
+fn read_staging(path: Option<&Path>, start: Option<&DirIdentity>) -> Option<StagingInventoried> {
     let (path, start) = (path?, start?);
-    let seen = inventory::staging(path).unwrap_or_else(|_| StagingInventoried {
+    let what = format!("the stage {}", path.display());
+    let key = path.to_string_lossy();
+    let read = crate::bounded::run(&what, &key, STAGE_DEADLINE, &[], || {
+        inventory::staging(path).map_err(|e| e.to_string())
+    });
+    let unreadable = match read {
+        Ok(seen) => return Some(seen),
+        Err(Failure::Blocked(b)) => {
+            crate::tell::note(format_args!("{b}"));
+            Some(bounded(&b.to_string()))
+        }
+        Err(Failure::Failed(_)) => None,
+    };
+    Some(StagingInventoried {
         identity: start.clone(),
         inventory: Inventory {
             entries: 0,
@@ -285,9 +318,8 @@ fn inventory_staging(
         },
         special: Vec::new(),
         special_truncated: false,
-    });
-    ledger.append(Event::StagingInventoried(seen.clone()));
-    Some(seen)
+        unreadable,
+    })
 }
 
 /// Where and when the action is sealed.
@@ -305,9 +337,16 @@ pub struct Sealing<'a> {
 /// (`None` when the receipt could not be made durable).
 pub fn seal(ev: &Evidence<'_>, at: &Sealing<'_>, ledger: &mut Ledger) -> (bool, Option<String>) {
     ledger.flush_burst(); // its refusals are in the receipt's counts
-    let held = scan_holders(at.staging, at.state, ledger);
+                          // The stage is read first, so that a stage that cannot be read is
+                          // left out of the holder scan (which would only block on it again);
+                          // its record keeps its place, after the temp root's.
+    let staging = read_staging(at.staging, at.staging_start);
+    let stuck = staging.as_ref().is_some_and(|s| s.unreadable.is_some());
+    let held = scan_holders(at.staging.filter(|_| !stuck), at.state, ledger);
     let removed = clear_temp_root(at.state, ev.quiescent(), held, ledger);
-    let staging = inventory_staging(at.staging, at.staging_start, ledger);
+    if let Some(seen) = &staging {
+        ledger.append(Event::StagingInventoried(seen.clone()));
+    }
     let rc = receipt(at.reason, ev, removed, staging, at.root_alive, ledger);
     let positive = rc.is_positive();
     (positive, ledger.seal(&Event::Receipt(rc)))

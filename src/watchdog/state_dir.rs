@@ -165,6 +165,18 @@ impl StateDir {
         inventory::remove_tree_at(self.dir.as_fd(), OsStr::new(TMP), &self.tmp)
     }
 
+    /// [`StateDir::remove_all`] in a helper with a deadline
+    /// ([`crate::bounded`]): a stuck mount left in the directory must not
+    /// keep exec from ending. Best effort: what is left stays.
+    pub fn remove_all_bounded(&self) {
+        let key = self.path.to_string_lossy();
+        let keep = [self.dir.as_fd()];
+        let limit = crate::bounded::STAGE_DEADLINE;
+        let _ = crate::bounded::run("the state directory", &key, limit, &keep, || {
+            self.remove_all().map_err(|e| e.to_string())
+        });
+    }
+
     /// Removes the whole state directory (exec mode: it was private to us).
     pub fn remove_all(&self) -> io::Result<()> {
         inventory::remove_contents(self.dir.as_fd())?;

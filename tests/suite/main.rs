@@ -50,6 +50,7 @@ mod smoke_stop;
 mod stage;
 mod stop;
 mod stop_storm;
+mod stuck;
 mod timeout;
 mod timeout_args;
 mod watchdog_loop;

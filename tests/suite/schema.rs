@@ -182,6 +182,7 @@ fn all_codes() -> Vec<Code> {
         StagingNotChecked,
         StageHeld,
         HoldersNotScanned,
+        StageUnreadable,
         IoError,
         NotARegularFile,
     ];
@@ -196,7 +197,7 @@ fn all_codes() -> Vec<Code> {
             | EmptyLog | TornLine | NoReceipt | NotQuiescent | UncertainMappings
             | ForeignMember | TempRootNotRemoved | RootLost | Hangup | AuditFailure
             | StagingMismatch | StagingNotRecorded | StagingNotChecked | StageHeld
-            | HoldersNotScanned | IoError | NotARegularFile => {}
+            | HoldersNotScanned | StageUnreadable | IoError | NotARegularFile => {}
         }
     }
     all
@@ -257,6 +258,7 @@ fn staging_inventoried() -> StagingInventoried {
             },
         ],
         special_truncated: false,
+        unreadable: None,
     }
 }
 

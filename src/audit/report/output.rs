@@ -103,13 +103,26 @@ fn dir_of(p: &Path) -> PathBuf {
 
 /// Whether `dir` is `stage` or inside it (by device and inode, each
 /// ancestor of its canonical path).
-fn under(dir: &Path, stage: &Metadata) -> bool {
+fn under(dir: &Path, stage: (u64, u64)) -> bool {
     let Ok(dir) = std::fs::canonicalize(dir) else {
         return false;
     };
-    dir.ancestors().any(|a| {
-        std::fs::metadata(a).is_ok_and(|m| m.dev() == stage.dev() && m.ino() == stage.ino())
-    })
+    dir.ancestors()
+        .any(|a| std::fs::metadata(a).is_ok_and(|m| (m.dev(), m.ino()) == stage))
+}
+
+/// The stage's device and inode, read in a helper with a deadline
+/// ([`crate::bounded`]): a stage on a stuck mount is not compared (verify
+/// then says `stage_unreadable` without waiting for it a second time).
+fn stage_key(stage: &Path) -> Option<(u64, u64)> {
+    let key = stage.to_string_lossy();
+    let what = format!("the stage {}", stage.display());
+    let stat = || {
+        std::fs::metadata(stage)
+            .map(|m| (m.dev(), m.ino()))
+            .map_err(|e| e.to_string())
+    };
+    crate::bounded::run(&what, &key, crate::bounded::STAGE_DEADLINE, &[], stat).ok()
 }
 
 impl Target {
@@ -130,7 +143,7 @@ impl Target {
                 },
             },
         };
-        if let Some(stage) = staging.and_then(|s| std::fs::metadata(s).ok()) {
+        if let Some(stage) = staging.and_then(stage_key) {
             // Where the bytes would land: the directory the temporary
             // file is made in, the file a link leads to, the file a
             // descriptor has open.
@@ -148,7 +161,7 @@ impl Target {
                     }
                 }
             }
-            if dirs.iter().any(|d| under(d, &stage)) {
+            if dirs.iter().any(|d| under(d, stage)) {
                 return Err(Failure::Usage(format!(
                     "-o {}: inside the staging directory {}; writing the page there would change \
 the stage just verified (write it elsewhere)",

@@ -1,0 +1,316 @@
+//! A stuck file system on or under the stage (issue 27): every verifier
+//! answers within 10 s, and a watchdog whose stage goes stuck before close
+//! still seals its receipt.
+//!
+//! The stuck mount is a real FUSE mount whose "server" never answers: the
+//! test opens `/dev/fuse`, mounts it and never reads the INIT request, so
+//! every lookup, stat or readdir that reaches the mount blocks in the
+//! kernel (`fuse_get_req`, state D) until the connection is aborted. It is
+//! made in a mount namespace private to the test's thread (and to the
+//! processes it starts), so nothing else on the machine can walk into it;
+//! the guard aborts the connection (closing the only `/dev/fuse`
+//! descriptor: blocked lookups wake with ENOTCONN) and detaches the mount
+//! whatever happens, failed assertion or not.
+//!
+//! Each command runs as a child with a bound (`output_within`: killed
+//! through its pidfd past it, and the test fails), so code that hangs on
+//! the mount fails these tests instead of hanging the suite.
+//!
+//! Run inside a private PID namespace, as root: `tools/test stuck::`.
+
+use crate::common;
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::harness::*;
+use serde_json::Value;
+
+/// What the contract allows a verifier on a stuck stage.
+const ANSWER: Duration = Duration::from_secs(10);
+/// The test's own bound on a command (past it: killed, the test fails).
+const BOUND: Duration = Duration::from_secs(20);
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Gives this test's thread (and every process it starts from now on) a
+/// mount namespace of its own, every mount private in it. Returns the
+/// lock that keeps tests that mount in the shared namespace from running
+/// meanwhile (see `common::mounts`), or `None` when this is not root in a
+/// private PID namespace (the test then skips).
+fn private_mount_ns(what: &str) -> Option<std::sync::RwLockReadGuard<'static, ()>> {
+    if skip_outside_pid_ns(what) {
+        return None;
+    }
+    if uid() != 0 || !Path::new("/dev/fuse").exists() {
+        assert!(
+            !pid_ns_required() || uid() != 0,
+            "{what}: root without /dev/fuse (modprobe fuse, or mknod /dev/fuse c 10 229)"
+        );
+        eprintln!("SKIPPED {what}: needs root and /dev/fuse");
+        return None;
+    }
+    let ns = common::mounts::new_namespace();
+    // SAFETY: unshare(CLONE_NEWNS) gives this thread its own mount
+    // namespace (and fs_struct); other threads are not affected.
+    assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNS) }, 0, "unshare");
+    let root = CString::new("/").unwrap();
+    // SAFETY: valid C strings; every mount made private in the new
+    // namespace, so nothing propagates out of it.
+    let r = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(r, 0, "mount --make-rprivate /");
+    Some(ns)
+}
+
+/// A FUSE mount that never answers, on `target`, in this thread's mount
+/// namespace ([`private_mount_ns`] first). Dropped: the connection is
+/// aborted and the mount detached.
+struct StuckMount {
+    target: CString,
+    fuse: Option<OwnedFd>,
+}
+
+impl StuckMount {
+    fn on(target: &Path) -> StuckMount {
+        let dev = CString::new("/dev/fuse").unwrap();
+        // SAFETY: a valid C string; the descriptor returned is owned below.
+        let fd = unsafe { libc::open(dev.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        assert!(
+            fd >= 0,
+            "open /dev/fuse: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        let fuse = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let target = CString::new(target.as_os_str().as_bytes()).unwrap();
+        let source = CString::new("rea-stuck").unwrap();
+        let fstype = CString::new("fuse").unwrap();
+        let data = CString::new(format!(
+            "fd={},rootmode=40000,user_id=0,group_id=0",
+            fuse.as_raw_fd()
+        ))
+        .unwrap();
+        // SAFETY: valid C strings; the mount is in this thread's private
+        // mount namespace.
+        let r = unsafe {
+            libc::mount(
+                source.as_ptr(),
+                target.as_ptr(),
+                fstype.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                data.as_ptr() as *const libc::c_void,
+            )
+        };
+        assert_eq!(r, 0, "mount fuse: {}", std::io::Error::last_os_error());
+        StuckMount {
+            target,
+            fuse: Some(fuse),
+        }
+    }
+}
+
+impl Drop for StuckMount {
+    fn drop(&mut self) {
+        // The only /dev/fuse descriptor (O_CLOEXEC: no child kept one):
+        // closing it aborts the connection, and every lookup blocked on
+        // the mount returns ENOTCONN.
+        drop(self.fuse.take());
+        // SAFETY: a valid C string; a lazy unmount of this test's mount.
+        unsafe { libc::umount2(self.target.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// Runs `cmd` (stdout and stderr piped) with the test's bound; returns
+/// its output and how long it took.
+fn timed(mut cmd: Command) -> (Output, Duration) {
+    let t0 = Instant::now();
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let out = output_within(child, BOUND);
+    (out, t0.elapsed())
+}
+
+fn audit(args: &[&str]) -> (Output, Duration) {
+    let mut c = Command::new(audit_bin());
+    c.args(args);
+    timed(c)
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The pids of the helpers a reason names ("helper pid N").
+fn helpers_named(s: &str) -> Vec<i32> {
+    s.split("helper pid ")
+        .skip(1)
+        .filter_map(|t| t.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .collect()
+}
+
+/// Once the connection is aborted, no helper named is left (a process
+/// blocked on the mount would be in state D, or a zombie nobody reaps).
+fn assert_gone(pids: &[i32]) {
+    let t0 = Instant::now();
+    for &pid in pids {
+        loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // Gone, or the pid reused by something else than a rea helper.
+            if stat.is_empty() || !stat.contains("(rea-") {
+                break;
+            }
+            assert!(
+                t0.elapsed() < PATIENCE,
+                "helper {pid} still there after the abort: {stat}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A watchdog run with a stage (`sub/` in it), closed and sealed while
+/// the stage was readable.
+fn sealed_run() -> Watchdog {
+    let mut w = Watchdog::start(&[]);
+    std::fs::create_dir(w.staging.join("sub")).unwrap();
+    let close = w.close();
+    assert!(close.status.success(), "{close:?}");
+    assert!(w.wait(PATIENCE).success());
+    w
+}
+
+/// Every verifier against a sealed run whose stage is stuck at `mount`
+/// (the stage itself, or a directory in it).
+fn verifiers_answer(w: &Watchdog, mount: &Path) {
+    let log = s(&w.audit_log);
+    let stage = s(&w.staging);
+    let stuck = StuckMount::on(mount);
+    let mut helpers = Vec::new();
+
+    let (o, took) = audit(&["verify", log, "--json", "--staging", stage]);
+    assert!(took < ANSWER, "verify took {took:?}: {}", text(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
+    common::schema::assert_valid(common::schema::verdict_validator(), &v, "verdict");
+    assert_eq!(o.status.code(), Some(1), "{v:#}");
+    assert_eq!(v["verdict"], "retain", "{v:#}");
+    assert!(
+        reason_codes(&v).contains(&"stage_unreadable".to_string()),
+        "{v:#}"
+    );
+    helpers.extend(helpers_named(&text(&o)));
+
+    // A mount under the stage is met by the holder walk as a mount point
+    // (it never enters it): held, the mount named. On the stage itself
+    // nothing of the tree can be read: could not scan, and why.
+    let (o, took) = audit(&["holders", stage]);
+    assert!(took < ANSWER, "holders took {took:?}: {}", text(&o));
+    if mount == w.staging {
+        assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+        assert!(text(&o).contains("stage_unreadable"), "{}", text(&o));
+    } else {
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(text(&o).contains("fuse from rea-stuck"), "{}", text(&o));
+    }
+    helpers.extend(helpers_named(&text(&o)));
+
+    let (o, took) = audit(&["reconcile", log, "--json", "--staging", stage]);
+    assert!(took < ANSWER, "reconcile took {took:?}: {}", text(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
+    assert_eq!(o.status.code(), Some(6), "{r:#}");
+    assert!(text(&o).contains("stage_unreadable"), "{r:#}");
+    helpers.extend(helpers_named(&text(&o)));
+
+    let page = w.scratch.path("report.html");
+    let (o, took) = audit(&["report", log, "--staging", stage, "-o", s(&page)]);
+    assert!(took < ANSWER, "report took {took:?}: {}", text(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("stage_unreadable"),
+        "the page names the reason"
+    );
+
+    assert!(!helpers.is_empty(), "the blocked helper is named");
+    drop(stuck);
+    assert_gone(&helpers);
+}
+
+#[test]
+fn verifiers_answer_on_a_stuck_mount_under_the_stage() {
+    let Some(_ns) = private_mount_ns("stuck mount under the stage") else {
+        return;
+    };
+    let w = sealed_run();
+    verifiers_answer(&w, &w.staging.join("sub"));
+}
+
+#[test]
+fn verifiers_answer_on_a_stuck_mount_on_the_stage_itself() {
+    let Some(_ns) = private_mount_ns("stuck mount on the stage") else {
+        return;
+    };
+    let w = sealed_run();
+    verifiers_answer(&w, &w.staging);
+}
+
+/// The stage goes stuck during the action: close still seals (the stage
+/// recorded unreadable), and the honest log verifies as retain with
+/// `stage_unreadable`, never tampered.
+#[test]
+fn a_watchdog_whose_stage_goes_stuck_seals_its_receipt() {
+    let Some(_ns) = private_mount_ns("stuck stage at close") else {
+        return;
+    };
+    let mut w = Watchdog::start(&[]);
+    std::fs::create_dir(w.staging.join("sub")).unwrap();
+    let stuck = StuckMount::on(&w.staging.join("sub"));
+    let (close, took) = timed(w.client("close", &[]));
+    assert!(close.status.success(), "{}", text(&close));
+    assert!(took < ANSWER, "close took {took:?}");
+    assert!(w.wait(PATIENCE).success());
+    let recs = w.records();
+    let rc = receipt(&recs);
+    assert!(!rc.is_null(), "sealed by a receipt: {recs:#?}");
+    let unreadable = rc["staging"]["unreadable"].as_str().unwrap_or_default();
+    assert!(unreadable.contains("helper pid"), "{rc:#}");
+    let helpers = helpers_named(unreadable);
+
+    let (code, v) = w.verify(&[]);
+    assert_eq!(code, 1, "{v:#}");
+    assert_eq!(v["status"], "retain", "{v:#}");
+    assert!(
+        reason_codes(&v).contains(&"stage_unreadable".to_string()),
+        "{v:#}"
+    );
+    drop(stuck);
+    assert_gone(&helpers);
+    // Readable again (the mount gone): still retain, for what close saw.
+    let (code, v) = w.verify(&["--staging", s(&w.staging)]);
+    assert_eq!(code, 1, "{v:#}");
+    assert!(
+        reason_codes(&v).contains(&"stage_unreadable".to_string()),
+        "{v:#}"
+    );
+}
