@@ -19,11 +19,20 @@ pub struct Stat {
     pub ppid: i32,
     pub sid: i32,
     pub start_time: u64,
+    /// `num_threads` (field 20). A thread-group leader whose main thread
+    /// exited (`pthread_exit`) shows state `Z` while its other threads
+    /// run: the count still includes them.
+    pub threads: u32,
 }
 
 impl Stat {
+    /// Dead and waiting to be reaped: state `Z` (or `X`) with no live
+    /// thread. A leader shown as `Z` whose other threads run is alive: it
+    /// is signalled like any process (a signal to it reaches the whole
+    /// thread group), and its pidfd polls readable only when all of them
+    /// have exited.
     pub fn is_zombie(&self) -> bool {
-        self.state == b'Z' || self.state == b'X'
+        (self.state == b'Z' || self.state == b'X') && self.threads <= 1
     }
 
     /// The record form of this process, with the uid read separately
@@ -61,7 +70,10 @@ pub fn parse_stat(buf: &[u8]) -> Option<Stat> {
     let ppid = f.next()?.parse().ok()?;
     let _pgrp = f.next()?;
     let sid = f.next()?.parse().ok()?;
-    let start_time = f.nth(15)?.parse().ok()?;
+    // tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime
+    // cstime priority nice, then num_threads, itrealvalue, starttime.
+    let threads = f.nth(13)?.parse().ok()?;
+    let start_time = f.nth(1)?.parse().ok()?;
     Some(Stat {
         pid,
         comm,
@@ -69,6 +81,7 @@ pub fn parse_stat(buf: &[u8]) -> Option<Stat> {
         ppid,
         sid,
         start_time,
+        threads,
     })
 }
 

@@ -56,6 +56,7 @@ impl VerifiedPidFd {
             ppid: self.proc.ppid,
             sid: self.sid,
             start_time: self.proc.start_time,
+            threads: 1,
         }
     }
 

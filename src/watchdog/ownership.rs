@@ -356,6 +356,7 @@ mod tests {
             ppid: 1,
             sid,
             start_time: 100 + pid as u64,
+            threads: 1,
         }
     }
 

@@ -27,6 +27,7 @@ mod ask;
 mod audit_tamper;
 mod audit_verdict;
 mod client;
+mod clock;
 mod contain;
 mod corpus;
 mod exec;

@@ -70,6 +70,7 @@ impl Census {
             ppid: 1,
             sid: 0,
             start_time: 1,
+            threads: 1,
         };
         Census {
             closure: (0..n).map(zombie).collect(),
@@ -98,6 +99,7 @@ fn placeholder(pid: i32) -> Stat {
         ppid: 0,
         sid: 0,
         start_time: 0,
+        threads: 1,
     }
 }
 
@@ -201,5 +203,6 @@ pub(super) fn held_stat(pid: i32, fd: &VerifiedPidFd) -> Stat {
         ppid: p.ppid,
         sid: 0,
         start_time: p.start_time,
+        threads: 1,
     }
 }

@@ -1,0 +1,90 @@
+//! Every promise has a clock (docs/ownership.md, "A process is alive
+//! while any of its threads lives"): `exec` returns within deadline + TERM
+//! grace + kill bound + 2 s whatever the tree does.
+//!
+//! A thread-group leader whose main thread called `pthread_exit` shows
+//! state `Z` in `/proc/PID/stat` while its other threads run. Taken for a
+//! zombie, it was never signalled: `exec` never returned, and an escapee
+//! of that shape was left alive with "left 0" in the log. The oracle FIFO
+//! (inherited by every member) reaches EOF only when all of them are dead.
+//!
+//! Run inside a private PID namespace (`tools/test clock::`).
+
+use crate::common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::harness::*;
+
+/// `exec --deadline 1s --term-grace 500ms --kill-bound 2s` of the fixture
+/// in `mode`; returns (exit status, elapsed, log records).
+fn exec_zombie_leader(mode: &str) {
+    let scratch = Scratch::new();
+    let log = scratch.path("audit.jsonl");
+    let mut oracle = Oracle::new(&scratch, "oracle");
+    let started = Instant::now();
+    let mut child = Command::new(watchdog_bin())
+        .args(["exec", "--contain", mode, "--deadline", "1s"])
+        .args(["--term-grace", "500ms", "--kill-bound", "2s", "--audit-log"])
+        .arg(&log)
+        .arg("--")
+        .args([
+            python(),
+            &fixture("zombie_leader.py"),
+            "--oracle",
+            oracle.arg(),
+            "--escape",
+        ])
+        .env("TMPDIR", scratch.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (members, _) = oracle.wait_ready(PATIENCE);
+    assert_eq!(members.len(), 2, "{members:?}");
+    let _held = Held::bind_all(&members); // SIGKILLed on drop if the test fails
+    let status = wait_child(&mut child, PATIENCE);
+    let took = started.elapsed();
+    let bound = Duration::from_millis(1000 + 500 + 2000 + 2000);
+    assert!(took < bound, "exec took {took:?}, over {bound:?}");
+    assert!(
+        oracle.wait_eof(PATIENCE),
+        "a member of the zombie-leader shape is still alive"
+    );
+    assert_eq!(status.code(), Some(124), "a deadline stop: {status:?}");
+    let recs = records(&log);
+    let done = &of_kind(&recs, "stop_completed")[0]["data"];
+    assert_eq!(done["left"], 0, "{done}");
+    let signalled: Vec<i64> = of_kind(&recs, "signal_sweep")
+        .iter()
+        .flat_map(|s| s["data"]["targets"].as_array().unwrap().clone())
+        .filter_map(|t| t["pid"].as_i64())
+        .collect();
+    for m in &members {
+        assert!(
+            signalled.contains(&(m.pid as i64)),
+            "{} (pid {}) was never signalled: {signalled:?}",
+            m.role,
+            m.pid
+        );
+    }
+    assert_eq!(receipt(&recs)["quiescent"], true);
+    let (code, v) = verify_log(&log, &[]);
+    assert_ne!(code, 3, "an honest log is never tampered: {v}");
+}
+
+#[test]
+fn a_pthread_exit_leader_and_its_escapee_are_stopped_in_none_mode() {
+    if !skip_outside_pid_ns("clock") {
+        exec_zombie_leader("none");
+    }
+}
+
+#[test]
+fn a_pthread_exit_leader_and_its_escapee_are_stopped_in_auto_mode() {
+    if !skip_outside_pid_ns("clock") {
+        exec_zombie_leader("auto");
+    }
+}
