@@ -15,7 +15,8 @@ pub use super::record_stop::{StopPriority, StopTriggered};
 
 pub use super::record_group::{
     ContainMode, ContainRequest, Containment, ForeignMember, GroupIdentity, GroupKill,
-    GroupKillFailed, GroupMember, GroupRemoved, GroupSeen, GroupState, GROUP_KILL_NAMED,
+    GroupKillFailed, GroupMember, GroupRemoved, GroupSeen, GroupState, Unkillable,
+    GROUP_KILL_NAMED,
 };
 
 /// Record format version (`v`).
@@ -583,6 +584,7 @@ events! {
     Reaped(Reaped) = "reaped",
     MappingUncertain(MappingUncertain) = "mapping_uncertain",
     ForeignMember(ForeignMember) = "foreign_member",
+    Unkillable(Unkillable) = "unkillable",
     StopCompleted(StopCompleted) = "stop_completed",
     TempRootInventoried(TempRootInventoried) = "temp_root_inventoried",
     TempRootRemoved(TempRootRemoved) = "temp_root_removed",

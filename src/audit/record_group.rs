@@ -269,3 +269,18 @@ impl UnprovenMember {
         )
     }
 }
+
+/// A process the watchdog could neither end nor reap within its bounds
+/// (docs/ownership.md, "Every promise has a clock"): a tracee of an outside
+/// tracer, a process stuck in a file system that never answers. The
+/// watchdog seals without it; the proof fails.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Unkillable {
+    pub process: Proc,
+    /// Its state letter in `/proc/PID/stat` when sealing (`?` unreadable).
+    pub state: String,
+    /// `/proc/PID/wchan`, where readable and not `0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wchan: Option<String>,
+}

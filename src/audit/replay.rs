@@ -121,6 +121,8 @@ pub struct Replay {
     /// `foreign_member` records: processes in the action's group that it
     /// did not start.
     pub foreign: u64,
+    /// `unkillable` records: processes sealed without, still there.
+    unkillable: u64,
     /// Jobs spawned and not yet exited (job numbers only grow): leader pid,
     /// start time, stop signal.
     open: HashMap<u64, (i32, u64, Sig)>,
@@ -263,6 +265,7 @@ impl Replay {
             },
             Event::MappingUncertain(_) => self.uncertain += 1,
             Event::ForeignMember(_) => self.foreign += 1,
+            Event::Unkillable(_) => self.unkillable += 1,
             Event::StopTriggered(t) => {
                 self.stop_line.get_or_insert(line);
                 self.triggered = true;
@@ -516,6 +519,12 @@ impl Replay {
                     "receipt claims quiescence but jobs {open:?} were never reaped"
                 )));
             }
+        }
+        if receipt.quiescent && self.unkillable > 0 {
+            out.push(mismatch(format!(
+                "receipt claims quiescence; {} process(es) were recorded unkillable",
+                self.unkillable
+            )));
         }
         if receipt.quiescent && self.foreign > 0 {
             out.push(mismatch(format!(

@@ -24,10 +24,6 @@ fn specials(es: &[TempEntry], truncated: bool) -> String {
     s
 }
 
-fn procs(ps: &[Proc]) -> String {
-    procs_and(ps, 0)
-}
-
 /// The first few of `ps`, then how many more: those of `ps` not shown
 /// and `unnamed` the record only counts.
 fn procs_and(ps: &[Proc], unnamed: u64) -> String {
@@ -140,7 +136,7 @@ pub fn summary(ev: &Event) -> String {
             word(&s.stage).to_uppercase(),
             s.signals.iter().map(|g| g.name()).collect::<Vec<_>>().join("+"),
             s.targets.len(),
-            procs(&s.targets)
+            procs_and(&s.targets, 0)
         ),
         Event::AskEnded(a) => format!(
             "ask step ended after {}ms ({}; {} leader(s) still alive): TERM to the rest",
@@ -188,6 +184,7 @@ pub fn summary(ev: &Event) -> String {
                 + if r.processes.len() > 8 { ", ..." } else { "" }
         ),
         Event::MappingUncertain(m) => format!("pid {} ({}) uncertain: {} {}", m.process.pid, m.process.comm, word(&m.reason), m.detail),
+        Event::Unkillable(u) => format!("pid {} ({}) could not be ended or reaped in time: state {}{}; sealed without it", u.process.pid, u.process.comm, u.state, u.wchan.as_ref().map(|w| format!(", waiting in {w}")).unwrap_or_default()),
         Event::ForeignMember(f) => format!("pid {} ({}, uid {}) is in the action's group but not the action's: left alone; {}", f.process.pid, f.process.comm, f.process.uid, f.why),
         Event::StopCompleted(s) => format!(
             "{} sweeps in {}ms, echild {}, scan empty {}, left {}",

@@ -1,12 +1,12 @@
 //! One action: the loop, and the one place where the phase moves.
 //!
-//! Everything the watchdog waits on is a descriptor in [`Sources`]; a wake-up is one `match`
-//! over what each event is about, handed to the room that owns it (intake, jobs, ownership,
-//! stop, receipt). Rooms get plain values and the ledger on loan, and return [`Effect`]s; the
-//! loop applies them here, in order, and only here does the phase change. With nothing running
-//! and nothing due the poll sleeps without a timeout: an idle watchdog makes no wakeups. The
-//! phase and its transition table are `phase.rs`; this file feeds it inputs and does what the
-//! table leaves to the loop: checking a close for leftovers, and sealing.
+//! Everything the watchdog waits on is a descriptor in [`Sources`]; a wake-up is one `match` over
+//! what each event is about, handed to the room that owns it (intake, jobs, ownership, stop,
+//! receipt). Rooms get plain values and the ledger on loan, and return [`Effect`]s; the loop
+//! applies them here, in order, and only here does the phase change. With nothing running and
+//! nothing due the poll sleeps without a timeout: an idle watchdog makes no wakeups. The phase and
+//! its transition table are `phase.rs`; this file feeds it inputs and does what the table leaves
+//! to the loop: checking a close for leftovers, and sealing.
 
 use mio::{Events, Interest};
 use std::io;
@@ -111,9 +111,8 @@ impl Action {
             if let Phase::Finished(f) = self.phase {
                 return f;
             }
-            let wake = self
-                .phase
-                .wake(self.jobs.next_deadline(), self.ledger.burst_due());
+            let (deadline, burst) = (self.jobs.next_deadline(), self.ledger.burst_due());
+            let wake = self.phase.wake(deadline, burst, self.cfg.is_exec());
             let timeout = match self.intake.pending() {
                 true => Some(Duration::ZERO), // FIFO input left from the last budget
                 false => wake.map(|t| t.saturating_duration_since(Instant::now())),
@@ -230,8 +229,8 @@ impl Action {
 
     /// `Stopped` seals once nobody is left to wait for.
     fn maybe_finish(&mut self) {
-        let exec_done = self.cfg.mode == Mode::Exec && self.jobs.is_empty();
-        if self.phase.seals(exec_done) {
+        let (exec, done) = (self.cfg.is_exec(), self.jobs.is_empty());
+        if self.phase.seals(exec, done, Instant::now()) {
             self.finalize();
         }
     }
@@ -371,6 +370,7 @@ impl Action {
         };
         let reason = sealable.reason();
         self.ext.flush_signals(&mut self.ledger);
+        receipt::unkillable(self.jobs.leaders(), &mut self.ledger); // exec's final wait ran out
         let populated = receipt::close_group(self.group.take(), self.me, &mut self.ledger);
         let (stop, jobs_empty) = (sealable.stop.as_mut(), self.jobs.is_empty());
         let foreign = self.ledger.foreign_seen(); // a stranger was in the group

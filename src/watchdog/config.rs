@@ -30,6 +30,11 @@ pub struct Config {
 }
 
 impl Config {
+    /// `rea-watchdog exec` (one job, sealed when it is done).
+    pub fn is_exec(&self) -> bool {
+        self.mode == Mode::Exec
+    }
+
     /// The job's parent-death signal (SIGKILL unless a handover says).
     pub fn pdeathsig(&self) -> i32 {
         self.handover

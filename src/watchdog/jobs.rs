@@ -104,6 +104,11 @@ impl Jobs {
         self.running.values().filter(|j| j.running())
     }
 
+    /// The leaders of the jobs still running (not yet reaped).
+    pub fn leaders(&self) -> impl Iterator<Item = &crate::vocab::Proc> {
+        self.running().map(|j| j.leader.proc())
+    }
+
     /// The running job a caller belongs to, from the watchdog's child on
     /// its ancestry (`via`): the job that child leads, or else the job
     /// whose session it is in (an orphan of that job the watchdog

@@ -54,9 +54,16 @@ pub enum Phase {
         stop: Stopper,
         done: StopCompleted,
         end: Ending,
+        /// When the stop completed: `exec` waits at most [`FINAL_WAIT`]
+        /// more for its job's leader to be reaped, then seals anyway.
+        at: Instant,
     },
     Finished(Finished),
 }
+
+/// How long `exec` waits, after its stop completed, for its job's leader
+/// to be reaped before it seals without it (recorded `unkillable`).
+pub const FINAL_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// What moves the phase.
 pub enum Input {
@@ -167,7 +174,13 @@ impl Phase {
                 for w in std::mem::take(&mut end.waiters) {
                     fx.reply(&w, stop_complete(&w, end.reason, done.proved()), true);
                 }
-                Phase::Stopped { stop, done, end }
+                let at = Instant::now();
+                Phase::Stopped {
+                    stop,
+                    done,
+                    end,
+                    at,
+                }
             }
             (mut p, Input::Trigger(t)) => {
                 if let Some(end) = p.ending_mut() {
@@ -210,7 +223,9 @@ impl Phase {
                 close: Some(c),
                 signal: None,
             }),
-            Phase::Stopped { stop, done, end } => Some(Sealable {
+            Phase::Stopped {
+                stop, done, end, ..
+            } => Some(Sealable {
                 signal: end
                     .signal
                     .filter(|_| matches!(end.reason, StopReason::Signal | StopReason::Hangup)),
@@ -233,10 +248,26 @@ impl Phase {
 
     /// `Stopped`, and nobody is left to wait for: seal now. `exec_done`:
     /// exec's one job is gone (exec closes by itself).
-    pub fn seals(&self, exec_done: bool) -> bool {
+    /// `exec`: the action is `exec`'s, which seals once its job is done
+    /// (`jobs_empty`), or its final wait ran out by `now`.
+    pub fn seals(&self, exec: bool, jobs_empty: bool, now: Instant) -> bool {
+        let waited = self.final_wait(exec).is_some_and(|t| now >= t);
         match self {
-            Phase::Stopped { end, .. } => end.finish || end.close.is_some() || exec_done,
+            Phase::Stopped { end, .. } => {
+                end.finish || end.close.is_some() || (exec && (jobs_empty || waited))
+            }
             _ => false,
+        }
+    }
+
+    /// `exec` only: the instant its final wait ends, once the stop has
+    /// completed (a leader that cannot be ended or reaped: a tracee of an
+    /// outside tracer, a process stuck in a file system that never
+    /// answers). The watchdog never waits without bound for a reap.
+    pub fn final_wait(&self, exec: bool) -> Option<Instant> {
+        match self {
+            Phase::Stopped { at, .. } if exec => Some(*at + FINAL_WAIT),
+            _ => None,
         }
     }
 
@@ -261,13 +292,19 @@ impl Phase {
     /// When the loop must wake up at the latest: the next job deadline
     /// while running, the next stop step while stopping, and `also` (a
     /// burst of refusals to record) in any phase.
-    pub fn wake(&self, deadline: Option<Instant>, also: Option<Instant>) -> Option<Instant> {
+    pub fn wake(
+        &self,
+        deadline: Option<Instant>,
+        also: Option<Instant>,
+        exec: bool,
+    ) -> Option<Instant> {
         let own = match self {
             Phase::Running { .. } => deadline,
             Phase::Stopping { wake, stop, .. } => {
                 stop.reap_due().map_or(Some(*wake), |r| Some(r.min(*wake)))
             }
-            Phase::Stopped { .. } | Phase::Finished(_) => None,
+            Phase::Stopped { .. } => self.final_wait(exec),
+            Phase::Finished(_) => None,
         };
         own.into_iter().chain(also).min()
     }

@@ -154,6 +154,26 @@ pub fn close_group(group: Option<ActionGroup>, me: Ident, ledger: &mut Ledger) -
     Some(populated)
 }
 
+/// Records each job leader still unreaped at sealing (`exec` sealed after
+/// its final wait): its state and wait channel, as `/proc` shows them.
+pub fn unkillable<'a>(leaders: impl Iterator<Item = &'a crate::vocab::Proc>, ledger: &mut Ledger) {
+    for p in leaders {
+        let stat = crate::process::identity::read_stat(p.pid).ok();
+        let same = stat.as_ref().filter(|s| s.start_time == p.start_time);
+        let state = same.map_or("?".into(), |s| char::from(s.state).to_string());
+        let wchan = std::fs::read_to_string(format!("/proc/{}/wchan", p.pid))
+            .ok()
+            .filter(|w| same.is_some() && !w.is_empty() && w != "0")
+            .map(|w| bounded(&w));
+        let process = p.clone();
+        ledger.append(Event::Unkillable(crate::audit::record::Unkillable {
+            process,
+            state,
+            wchan,
+        }));
+    }
+}
+
 /// The live members of `group` (nested groups too) that lineage does not
 /// prove the action's (`me`: the watchdog).
 fn foreign_members(group: &ActionGroup, me: Ident) -> Vec<(crate::vocab::Proc, String)> {

@@ -88,3 +88,51 @@ fn a_pthread_exit_leader_and_its_escapee_are_stopped_in_auto_mode() {
         exec_zombie_leader("auto");
     }
 }
+
+/// A leader that switched its uid (none mode: no group to end it through,
+/// and a process of another uid is never signalled) cannot be ended or
+/// reaped: `exec` seals after its final wait anyway, records it
+/// `unkillable` with its state, exits 125, and the log verifies as
+/// retain, never tampered. The test ends the process itself afterwards,
+/// through a pidfd bound to the identity the log names.
+#[test]
+fn exec_returns_on_a_leader_it_cannot_end() {
+    if skip_outside_pid_ns("clock") {
+        return;
+    }
+    let scratch = Scratch::new();
+    let log = scratch.path("audit.jsonl");
+    let script = "import os, time\nos.setgid(65534)\nos.setuid(65534)\ntime.sleep(1000)\n";
+    let started = Instant::now();
+    let mut child = Command::new(watchdog_bin())
+        .args(["exec", "--contain", "none", "--deadline", "1s"])
+        .args(["--term-grace", "500ms", "--kill-bound", "1s", "--audit-log"])
+        .arg(&log)
+        .args(["--", python(), "-c", script])
+        .env("TMPDIR", scratch.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = wait_child(&mut child, PATIENCE);
+    let took = started.elapsed();
+    let recs = records(&log);
+    let mut held = Held::default();
+    if let Some(j) = of_kind(&recs, "job_spawned").first() {
+        let ident = rea::vocab::Ident {
+            pid: j["data"]["pid"].as_i64().unwrap() as i32,
+            start_time: j["data"]["start_time"].as_u64().unwrap(),
+            uid: NOBODY,
+        };
+        held.add("leader", ident); // SIGKILLed when `held` drops
+    }
+    let bound = Duration::from_millis(1000 + 500 + 1000 + 2000);
+    assert!(took < bound, "exec took {took:?}, over {bound:?}");
+    assert_eq!(status.code(), Some(125), "{status:?}");
+    let stuck = of_kind(&recs, "unkillable");
+    assert_eq!(stuck.len(), 1, "one unkillable record: {:?}", kinds(&recs));
+    assert_eq!(receipt(&recs)["quiescent"], false);
+    let (code, v) = verify_log(&log, &[]);
+    assert_eq!(code, 1, "retain, never tampered: {v}");
+}
