@@ -572,6 +572,11 @@ fn every_kind_events() -> Vec<Event> {
         process: proc_(5001, 1, "hopper"),
         why: "ancestor pid 1 (init) started before the watchdog and is not it".into(),
     }));
+    ev.push(Event::Unkillable(rea::audit::record::Unkillable {
+        process: proc_(4140, 4120, "install.sh"),
+        state: "D".into(),
+        wchan: Some("request_wait_answer".into()),
+    }));
     ev.extend([
         Event::SignalSweep(SignalSweep {
             sweep: 3,
