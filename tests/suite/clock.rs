@@ -136,3 +136,75 @@ fn exec_returns_on_a_leader_it_cannot_end() {
     let (code, v) = verify_log(&log, &[]);
     assert_eq!(code, 1, "retain, never tampered: {v}");
 }
+
+/// A leader traced by a process outside the action: SIGKILL ends it, but
+/// its exit is reported to the tracer first, and the watchdog cannot reap
+/// it while the tracer neither waits nor detaches. `exec` seals after its
+/// final wait anyway (unkillable recorded, 125, retain). The tracer is
+/// the test's own child and ends when the test closes its stdin.
+#[test]
+fn exec_returns_on_a_leader_an_outside_tracer_holds() {
+    if skip_outside_pid_ns("clock") {
+        return;
+    }
+    let scratch = Scratch::new();
+    let log = scratch.path("audit.jsonl");
+    let started = Instant::now();
+    let mut child = Command::new(watchdog_bin())
+        .args(["exec", "--contain", "none", "--deadline", "2s"])
+        .args(["--term-grace", "300ms", "--kill-bound", "1s", "--audit-log"])
+        .arg(&log)
+        .args(["--", "/bin/sleep", "1000"])
+        .env("TMPDIR", scratch.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The leader is exec's only child; the log names it.
+    let until = Instant::now() + PATIENCE;
+    let leader = loop {
+        let recs = if log.exists() {
+            records(&log)
+        } else {
+            Vec::new()
+        };
+        if let Some(j) = of_kind(&recs, "job_spawned").first() {
+            break j["data"]["pid"].as_i64().unwrap() as i32;
+        }
+        assert!(Instant::now() < until, "exec never spawned its job");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let mut tracer = Command::new(python())
+        .arg(fixture("tracer.py"))
+        .arg(leader.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let seized = read_line_within(&mut tracer, PATIENCE);
+    let status = wait_child(&mut child, PATIENCE);
+    let took = started.elapsed();
+    drop(tracer.stdin.take()); // the tracer exits, the tracee is released
+    let _ = wait_child(&mut tracer, PATIENCE);
+    assert_eq!(seized.trim(), "seized");
+    let bound = Duration::from_millis(2000 + 300 + 1000 + 2000);
+    assert!(took < bound, "exec took {took:?}, over {bound:?}");
+    assert_eq!(status.code(), Some(125), "{status:?}");
+    let recs = records(&log);
+    let stuck = of_kind(&recs, "unkillable");
+    assert_eq!(stuck.len(), 1, "one unkillable record: {:?}", kinds(&recs));
+    assert_eq!(stuck[0]["data"]["process"]["pid"], leader);
+    let (code, v) = verify_log(&log, &[]);
+    assert_eq!(code, 1, "retain, never tampered: {v}");
+}
+
+/// The first line `child` prints (bounded).
+fn read_line_within(child: &mut std::process::Child, limit: Duration) -> String {
+    use std::io::BufRead;
+    let out = child.stdout.take().expect("piped stdout");
+    assert!(wait_readable(&out, limit), "no line within {limit:?}");
+    let mut line = String::new();
+    std::io::BufReader::new(out).read_line(&mut line).unwrap();
+    line
+}
