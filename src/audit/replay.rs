@@ -122,7 +122,7 @@ pub struct Replay {
     /// did not start.
     pub foreign: u64,
     /// `unkillable` records: processes sealed without, still there.
-    unkillable: u64,
+    pub unkillable: u64,
     /// Jobs spawned and not yet exited (job numbers only grow): leader pid,
     /// start time, stop signal.
     open: HashMap<u64, (i32, u64, Sig)>,

@@ -88,6 +88,10 @@ pub enum Code {
     /// A process the action did not start was in its group (drafted in):
     /// left alive, so the action's end is not proven its own.
     ForeignMember,
+    /// A process could neither be ended nor reaped within the bounds (a
+    /// tracee of an outside tracer, one stuck in a file system): the
+    /// watchdog sealed without it.
+    Unkillable,
     TempRootNotRemoved,
     RootLost,
     Hangup,
@@ -120,9 +124,9 @@ impl Code {
                 Status::Tampered
             }
             EmptyLog | TornLine | NoReceipt => Status::Incomplete,
-            NotQuiescent | UncertainMappings | ForeignMember | TempRootNotRemoved | RootLost
-            | Hangup | AuditFailure | StagingMismatch | StagingNotRecorded | StagingNotChecked
-            | StageHeld | HoldersNotScanned | StageUnreadable => Status::Retain,
+            NotQuiescent | UncertainMappings | ForeignMember | Unkillable | TempRootNotRemoved
+            | RootLost | Hangup | AuditFailure | StagingMismatch | StagingNotRecorded
+            | StagingNotChecked | StageHeld | HoldersNotScanned | StageUnreadable => Status::Retain,
             IoError | NotARegularFile => Status::Error,
         }
     }

@@ -467,6 +467,11 @@ fn judge(
             ),
         );
     }
+    if replay.unkillable > 0 {
+        let n = replay.unkillable;
+        let what = format!("{n} process(es) could not be ended or reaped in time; sealed without");
+        rs.push(Code::Unkillable, None, what);
+    }
     if !rc.temp_root_removed {
         rs.push(
             Code::TempRootNotRemoved,

@@ -135,6 +135,7 @@ fn exec_returns_on_a_leader_it_cannot_end() {
     assert_eq!(receipt(&recs)["quiescent"], false);
     let (code, v) = verify_log(&log, &[]);
     assert_eq!(code, 1, "retain, never tampered: {v}");
+    assert!(reason_codes(&v).contains(&"unkillable".to_string()), "{v}");
 }
 
 /// A leader traced by a process outside the action: SIGKILL ends it, but
@@ -197,6 +198,7 @@ fn exec_returns_on_a_leader_an_outside_tracer_holds() {
     assert_eq!(stuck[0]["data"]["process"]["pid"], leader);
     let (code, v) = verify_log(&log, &[]);
     assert_eq!(code, 1, "retain, never tampered: {v}");
+    assert!(reason_codes(&v).contains(&"unkillable".to_string()), "{v}");
 }
 
 /// The first line `child` prints (bounded).

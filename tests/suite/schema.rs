@@ -173,6 +173,7 @@ fn all_codes() -> Vec<Code> {
         NotQuiescent,
         UncertainMappings,
         ForeignMember,
+        Unkillable,
         TempRootNotRemoved,
         RootLost,
         Hangup,
@@ -195,9 +196,9 @@ fn all_codes() -> Vec<Code> {
             | ReplayMismatch | NonCanonical | MonoRegressed | BadDigest | ForeignUid
             | LeaderNotSession | StopNotCompleted | StopInClosedLog | SweepWithoutTrigger
             | EmptyLog | TornLine | NoReceipt | NotQuiescent | UncertainMappings
-            | ForeignMember | TempRootNotRemoved | RootLost | Hangup | AuditFailure
-            | StagingMismatch | StagingNotRecorded | StagingNotChecked | StageHeld
-            | HoldersNotScanned | StageUnreadable | IoError | NotARegularFile => {}
+            | ForeignMember | Unkillable | TempRootNotRemoved | RootLost | Hangup
+            | AuditFailure | StagingMismatch | StagingNotRecorded | StagingNotChecked
+            | StageHeld | HoldersNotScanned | StageUnreadable | IoError | NotARegularFile => {}
         }
     }
     all
