@@ -89,19 +89,27 @@ fn member(pid: i32) -> GroupMember {
     }
 }
 
+/// `populated` of `cgroup.events` and the pids of `cgroup.procs`, each
+/// with why it could not be read; `None` pids: the census ends there.
+pub fn listing(g: &ActionGroup, error: &mut Option<String>) -> (Option<bool>, Option<Vec<i32>>) {
+    let populated = g
+        .populated()
+        .map_err(|e| *error = Some(format!("cgroup.events: {e}")))
+        .ok();
+    let pids = g
+        .members()
+        .map_err(|e| *error = Some(format!("cgroup.procs: {e}")))
+        .ok();
+    (populated, pids)
+}
+
 /// The group's members now (bounded; see [`Census`]).
 pub fn census(g: &ActionGroup) -> Census {
     let mut c = Census::default();
-    match g.populated() {
-        Ok(p) => c.populated = Some(p),
-        Err(e) => c.error = Some(format!("cgroup.events: {e}")),
-    }
-    let pids = match g.members() {
-        Ok(p) => p,
-        Err(e) => {
-            c.error = Some(format!("cgroup.procs: {e}"));
-            return c;
-        }
+    let (populated, pids) = listing(g, &mut c.error);
+    c.populated = populated;
+    let Some(pids) = pids else {
+        return c;
     };
     for pid in pids {
         if pid <= 0 {

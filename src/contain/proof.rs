@@ -106,16 +106,10 @@ pub struct CheckedCensus {
 /// watchdog started at `run_start` (bounded; see [`CheckedCensus`]).
 pub fn checked_census(g: &ActionGroup, run: &str, run_start: u64) -> CheckedCensus {
     let mut c = CheckedCensus::default();
-    match g.populated() {
-        Ok(p) => c.populated = Some(p),
-        Err(e) => c.error = Some(format!("cgroup.events: {e}")),
-    }
-    let pids = match g.members() {
-        Ok(p) => p,
-        Err(e) => {
-            c.error = Some(format!("cgroup.procs: {e}"));
-            return c;
-        }
+    let (populated, pids) = crate::contain::census::listing(g, &mut c.error);
+    c.populated = populated;
+    let Some(pids) = pids else {
+        return c;
     };
     for pid in pids {
         if pid <= 0 {

@@ -35,6 +35,13 @@ impl Stat {
         (self.state == b'Z' || self.state == b'X') && self.threads <= 1
     }
 
+    /// The record form of this process, its real uid read now
+    /// ([`UNKNOWN_UID`] when unreadable): for records that name a process
+    /// never decided on by its uid (uncertain, foreign).
+    pub fn recorded(&self) -> Proc {
+        self.to_proc(real_uid(self.pid).unwrap_or(UNKNOWN_UID))
+    }
+
     /// The record form of this process, with the uid read separately
     /// ([`real_uid`]; a record's `uid` is required, so a caller holding
     /// `None` decides per site, e.g. [`UNKNOWN_UID`]).

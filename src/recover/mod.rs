@@ -132,6 +132,20 @@ impl Done {
 }
 
 /// Seals NEW with the decision; the answer as recorded.
+/// Seals NEW with a refusal and says so (nothing was killed).
+fn refuse(log: RecoveryLog, done: Done, r: Reason) -> Done {
+    let done = seal(log, done, Outcome::Refused, vec![r.clone()]);
+    if done.recorded {
+        say(&format!(
+            "recover refused ({}): {}; nothing was killed (recorded in {})",
+            r.code.as_str(),
+            r.detail,
+            done.audit_log
+        ));
+    }
+    done
+}
+
 fn seal(mut log: RecoveryLog, mut done: Done, outcome: Outcome, reasons: Vec<Reason>) -> Done {
     let ev = RecoveryEvent::Decided(RecoveryDecided {
         outcome,
@@ -204,16 +218,7 @@ pub fn recover(o: &Options) -> Done {
         }
     }
     if let Some(r) = refusal {
-        let done = seal(log, done, Outcome::Refused, vec![r.clone()]);
-        if done.recorded {
-            say(&format!(
-                "recover refused ({}): {}; nothing was killed (recorded in {})",
-                r.code.as_str(),
-                r.detail,
-                done.audit_log
-            ));
-        }
-        return done;
+        return refuse(log, done, r);
     }
     let Some(g) = group else {
         // The rule refuses whenever the group was not found; kept total.
@@ -229,16 +234,7 @@ pub fn recover(o: &Options) -> Done {
         Ok(Acted::Refused(r, foreign)) => {
             let mut done = done;
             done.foreign_members = foreign;
-            let done = seal(log, done, Outcome::Refused, vec![r.clone()]);
-            if done.recorded {
-                say(&format!(
-                    "recover refused ({}): {}; nothing was killed (recorded in {})",
-                    r.code.as_str(),
-                    r.detail,
-                    done.audit_log
-                ));
-            }
-            done
+            refuse(log, done, r)
         }
         Ok(Acted::Ran(reasons)) => {
             let mut done = done;

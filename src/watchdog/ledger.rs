@@ -23,7 +23,7 @@ use crate::audit::record::{
 };
 use crate::audit::{AuditError, AuditWriter};
 use crate::contain::{choice::Contained, group::ActionGroup};
-use crate::process::identity::{real_uid, Stat, UNKNOWN_UID};
+use crate::process::identity::Stat;
 use crate::vocab::{bounded, RefusalReason, Uncertainty};
 
 /// How long a burst of unanswerable refusals collects before it is
@@ -120,9 +120,8 @@ impl Ledger {
         }
         // Recorded, never decided on: a process whose uid cannot be read is
         // uncertain already, and the record needs a uid.
-        let uid = real_uid(st.pid).unwrap_or(UNKNOWN_UID);
         self.append(Event::MappingUncertain(MappingUncertain {
-            process: st.to_proc(uid),
+            process: st.recorded(),
             reason,
             detail: bounded(detail),
         }));

@@ -177,7 +177,7 @@ pub fn unkillable<'a>(leaders: impl Iterator<Item = &'a crate::vocab::Proc>, led
 /// The live members of `group` (nested groups too) that lineage does not
 /// prove the action's (`me`: the watchdog).
 fn foreign_members(group: &ActionGroup, me: Ident) -> Vec<(crate::vocab::Proc, String)> {
-    use crate::process::identity::{read_stat, read_uids, UNKNOWN_UID};
+    use crate::process::identity::read_stat;
     use crate::process::lineage::{Lineage, Proven};
     let mut proven = Proven::default();
     let mut out = Vec::new();
@@ -189,8 +189,7 @@ fn foreign_members(group: &ActionGroup, me: Ident) -> Vec<(crate::vocab::Proc, S
             continue;
         }
         if let Lineage::Foreign(why) = proven.prove(&st, me, |_| false) {
-            let uid = read_uids(pid).map_or(UNKNOWN_UID, |u| u.real);
-            out.push((st.to_proc(uid), why));
+            out.push((st.recorded(), why));
         }
     }
     out

@@ -17,6 +17,23 @@ use std::time::{Duration, Instant};
 
 use common::harness::*;
 
+/// `rea-watchdog exec --contain MODE --deadline D --term-grace G
+/// --kill-bound K --audit-log LOG -- ARGV`, quiet, `TMPDIR` in `scratch`.
+fn exec_cmd(scratch: &Scratch, log: &std::path::Path, bounds: [&str; 4], argv: &[&str]) -> Command {
+    let [mode, deadline, grace, kill] = bounds;
+    let mut c = Command::new(watchdog_bin());
+    c.args(["exec", "--contain", mode, "--deadline", deadline])
+        .args(["--term-grace", grace, "--kill-bound", kill, "--audit-log"])
+        .arg(log)
+        .arg("--")
+        .args(argv)
+        .env("TMPDIR", scratch.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    c
+}
+
 /// `exec --deadline 1s --term-grace 500ms --kill-bound 2s` of the fixture
 /// in `mode`; returns (exit status, elapsed, log records).
 fn exec_zombie_leader(mode: &str) {
@@ -24,24 +41,20 @@ fn exec_zombie_leader(mode: &str) {
     let log = scratch.path("audit.jsonl");
     let mut oracle = Oracle::new(&scratch, "oracle");
     let started = Instant::now();
-    let mut child = Command::new(watchdog_bin())
-        .args(["exec", "--contain", mode, "--deadline", "1s"])
-        .args(["--term-grace", "500ms", "--kill-bound", "2s", "--audit-log"])
-        .arg(&log)
-        .arg("--")
-        .args([
+    let mut child = exec_cmd(
+        &scratch,
+        &log,
+        [mode, "1s", "500ms", "2s"],
+        &[
             python(),
             &fixture("zombie_leader.py"),
             "--oracle",
             oracle.arg(),
             "--escape",
-        ])
-        .env("TMPDIR", scratch.dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        ],
+    )
+    .spawn()
+    .unwrap();
     let (members, _) = oracle.wait_ready(PATIENCE);
     assert_eq!(members.len(), 2, "{members:?}");
     let _held = Held::bind_all(&members); // SIGKILLed on drop if the test fails
@@ -104,17 +117,14 @@ fn exec_returns_on_a_leader_it_cannot_end() {
     let log = scratch.path("audit.jsonl");
     let script = "import os, time\nos.setgid(65534)\nos.setuid(65534)\ntime.sleep(1000)\n";
     let started = Instant::now();
-    let mut child = Command::new(watchdog_bin())
-        .args(["exec", "--contain", "none", "--deadline", "1s"])
-        .args(["--term-grace", "500ms", "--kill-bound", "1s", "--audit-log"])
-        .arg(&log)
-        .args(["--", python(), "-c", script])
-        .env("TMPDIR", scratch.dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = exec_cmd(
+        &scratch,
+        &log,
+        ["none", "1s", "500ms", "1s"],
+        &[python(), "-c", script],
+    )
+    .spawn()
+    .unwrap();
     let status = wait_child(&mut child, PATIENCE);
     let took = started.elapsed();
     let recs = records(&log);
@@ -151,17 +161,14 @@ fn exec_returns_on_a_leader_an_outside_tracer_holds() {
     let scratch = Scratch::new();
     let log = scratch.path("audit.jsonl");
     let started = Instant::now();
-    let mut child = Command::new(watchdog_bin())
-        .args(["exec", "--contain", "none", "--deadline", "2s"])
-        .args(["--term-grace", "300ms", "--kill-bound", "1s", "--audit-log"])
-        .arg(&log)
-        .args(["--", "/bin/sleep", "1000"])
-        .env("TMPDIR", scratch.dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = exec_cmd(
+        &scratch,
+        &log,
+        ["none", "2s", "300ms", "1s"],
+        &["/bin/sleep", "1000"],
+    )
+    .spawn()
+    .unwrap();
     // The leader is exec's only child; the log names it.
     let until = Instant::now() + PATIENCE;
     let leader = loop {

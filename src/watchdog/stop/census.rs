@@ -16,7 +16,7 @@
 use super::group;
 use super::{StopHost, Stopper};
 use crate::audit::record::Proc;
-use crate::process::identity::{read_uids, Stat, UNKNOWN_UID};
+use crate::process::identity::Stat;
 use crate::process::lineage::Lineage;
 use crate::process::pidfd::info_supported;
 use crate::process::pidfd::VerifiedPidFd;
@@ -125,13 +125,12 @@ impl Stopper {
                 }
                 // Not in the closure: proven by its parents, or foreign.
                 let held = &self.held;
-                let alive = |p: i32| held.fds.get(&p).is_some_and(|fd| !fd.has_exited());
+                let alive = |p: i32| held.alive(p);
                 match self.proven.prove(&st, me, alive) {
                     Lineage::Proven => c.closure.push(st),
                     Lineage::Gone => {}
                     Lineage::Foreign(why) => {
-                        let uid = read_uids(st.pid).map_or(UNKNOWN_UID, |u| u.real);
-                        c.foreign.push((st.to_proc(uid), why));
+                        c.foreign.push((st.recorded(), why));
                     }
                 }
             }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use super::group;
 use super::{StopHost, Stopper};
 use crate::audit::record::Proc;
-use crate::process::identity::{is_gone, read_stat, read_uids};
+use crate::process::identity::{is_gone, read_stat};
 use crate::process::lineage::Lineage;
 use crate::process::scan::descendants_known;
 
@@ -189,13 +189,11 @@ impl Stopper {
                 continue; // dead already: cgroup.kill cannot harm it
             }
             let (proven, held) = (&mut self.proven, &self.held);
-            let alive = |p: i32| held.fds.get(&p).is_some_and(|fd| !fd.has_exited());
+            let alive = |p: i32| held.alive(p);
             match proven.prove(&st, me, alive) {
                 Lineage::Proven | Lineage::Gone => {}
                 Lineage::Foreign(why) => {
-                    let uid =
-                        read_uids(pid).map_or(crate::process::identity::UNKNOWN_UID, |u| u.real);
-                    foreign.push((st.to_proc(uid), why));
+                    foreign.push((st.recorded(), why));
                 }
             }
         }

@@ -171,6 +171,12 @@ pub struct Held {
 }
 
 impl Held {
+    /// `pid` names a process held and not seen to have exited: a proven
+    /// process still alive (a walk of parents may stop there).
+    pub fn alive(&self, pid: i32) -> bool {
+        self.fds.get(&pid).is_some_and(|fd| !fd.has_exited())
+    }
+
     /// Some process held has not been seen to exit yet. Cheap while many
     /// are alive (fewer exits seen than processes held says so at once);
     /// near the end, one look at each.

@@ -146,7 +146,7 @@ impl Stopper {
             let bound = match group {
                 Some(ino) => {
                     let (proven, held) = (&mut self.proven, &self.held);
-                    let alive = |p: i32| held.fds.get(&p).is_some_and(|fd| !fd.has_exited());
+                    let alive = |p: i32| held.alive(p);
                     match bind_member(st.pid, ino, me.uid, |s| proven.prove(s, me, alive)) {
                         Ok(fd) => Ok(fd),
                         Err(MemberError::Bind(e)) => Err(e),
