@@ -113,8 +113,8 @@ impl Action {
             }
             let (deadline, burst) = (self.jobs.next_deadline(), self.ledger.burst_due());
             let wake = self.phase.wake(deadline, burst, self.cfg.is_exec());
-            let timeout = match self.intake.pending() {
-                true => Some(Duration::ZERO), // FIFO input left from the last budget
+            let timeout = match self.intake.pending() || self.jobs.output_left() {
+                true => Some(Duration::ZERO), // input left from the last budget
                 false => wake.map(|t| t.saturating_duration_since(Instant::now())),
             };
             if let Err(e) = self.src.wait(&mut events, timeout) {
@@ -148,9 +148,7 @@ impl Action {
                     break;
                 }
             }
-            if self.intake.pending() {
-                self.on_fifo(); // one budget a wake-up, after the other events
-            }
+            self.on_budgets();
             self.after_events(exits, Instant::now());
         }
     }
@@ -279,9 +277,14 @@ impl Action {
         last
     }
 
-    /// One budget of FIFO input (`intake.rs`): at most one read, at most
-    /// [`TEXT_BUDGET`] texts that need work.
-    fn on_fifo(&mut self) {
+    /// After a wake-up's events, one budget of what waits: the output left in the jobs' pipes
+    /// (`job.rs`), and FIFO input (`intake.rs`: one read, [`TEXT_BUDGET`] texts that need work).
+    fn on_budgets(&mut self) {
+        let fx = self.jobs.pump_left(&mut self.src, &mut self.ledger);
+        self.apply(fx);
+        if !self.intake.pending() {
+            return;
+        }
         self.intake.fill(&mut self.state.fifo);
         let mut budget = TEXT_BUDGET;
         while budget > 0 && !matches!(self.phase, Phase::Finished(_)) {
@@ -327,8 +330,7 @@ impl Action {
     pub fn launch(&mut self, req: LaunchRequest) {
         let mut fx = Effects::default();
         let (src, ledger) = (&mut self.src, &mut self.ledger);
-        // exec's own job failing to start ends exec; a nested request's
-        // failure is answered to its requester and the action goes on.
+        // exec's own job failing to start ends exec; a nested request's failure is answered.
         let own = req.reply.is_none();
         let launched = self.jobs.launch(req, src, ledger, &mut fx);
         if matches!(launched, Launched::Failed(_)) && own && self.cfg.mode == Mode::Exec {
@@ -337,8 +339,7 @@ impl Action {
         self.apply(fx);
     }
 
-    /// One step of the stop procedure. Reaping (and what finishing the
-    /// jobs returns) is applied first, so it is recorded before the sweep.
+    /// One step of the stop procedure; reaping (and finishing jobs) is recorded before the sweep.
     fn step_stop(&mut self, now: Instant) {
         let peek = self.reap();
         let Phase::Stopping { stop, wake, .. } = &mut self.phase else {
@@ -361,8 +362,7 @@ impl Action {
         }
     }
 
-    /// Proves quiescence, clears the temp root, inventories staging, seals,
-    /// answers the closer, flushes what is queued for slow readers.
+    /// Proves quiescence, clears the temp root, inventories staging, seals, answers the closer.
     fn finalize(&mut self) {
         let last = self.reap();
         let Some(mut sealable) = self.phase.take_for_sealing() else {

@@ -30,6 +30,10 @@ pub struct Output {
     pub kept: Vec<u8>,
     /// exec mode: reading paused until the passthrough sink drains.
     pub paused: bool,
+    /// The last [`pump`] ran out of its budget with bytes still to read:
+    /// the loop reads again before it waits (edge-triggered readiness
+    /// would not report them again).
+    pub more: bool,
 }
 
 impl Output {
@@ -42,6 +46,7 @@ impl Output {
             hasher: Sha256::new(),
             kept: Vec::new(),
             paused: false,
+            more: false,
         }
     }
 
@@ -123,11 +128,28 @@ impl Job {
     }
 }
 
-/// One read of a job's pipe until it would block.
+/// Reads of one buffer per [`pump`] of a running job. A writer that
+/// refills its pipe as fast as it is read (`vmsplice` gifts pages, no
+/// copy) never lets "read until it would block" end: 636 MB were read past
+/// a 64 KiB cap that way while the stop waited. Past the budget the loop
+/// goes round (its other events, the stop's steps) and reads again.
+const PUMP_READS: usize = 4;
+
+/// Reads when the leader has been reaped (the last pump of its pipes):
+/// the largest pipe an unprivileged writer can make (`pipe-max-size`,
+/// 1 MiB by default) at one buffer a read. What an escapee writes past
+/// it is not read: the pipe is closed.
+const DRAIN_READS: usize = 16;
+
+/// What one [`pump`] found.
 pub struct Pumped {
     pub eof: bool,
+    /// These reads took the job past its cap (once per job).
     pub crossed_cap: bool,
+    /// exec mode: the passthrough sink is full; reading waits for it.
     pub paused: bool,
+    /// The budget ran out before the pipe would block.
+    pub more: bool,
 }
 
 /// Closes a stream's pipe and takes it out of the loop.
@@ -139,8 +161,12 @@ pub fn close_pipe(out: &mut Output, src: &mut Sources) {
     }
 }
 
-/// Reads a job's pipe until it would block (or, in exec mode, until the
-/// passthrough sink is full and `draining` is false).
+/// Reads a job's pipe until it would block, at most [`PUMP_READS`]
+/// buffers ([`DRAIN_READS`] when `draining`), and not past the read that
+/// crosses the cap: a job past its cap is not read again (at most the cap
+/// plus one buffer is read; the stop it triggered ends the writer). In
+/// exec mode, reading also pauses while the passthrough sink is full and
+/// `draining` is false.
 pub fn pump(
     job: &mut Job,
     i: usize,
@@ -153,8 +179,18 @@ pub fn pump(
         eof: false,
         crossed_cap: false,
         paused: false,
+        more: false,
     };
+    let mut budget = if draining { DRAIN_READS } else { PUMP_READS };
     loop {
+        if job.capped {
+            break;
+        }
+        if budget == 0 {
+            r.more = true;
+            break;
+        }
+        budget -= 1;
         if let Some(p) = &pass {
             if !draining && p.is_full(i) {
                 r.paused = true;

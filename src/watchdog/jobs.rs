@@ -365,12 +365,30 @@ impl Jobs {
         let pass = self.pass.as_mut().filter(|_| job.passthrough);
         let r = pump(job, i, pass, src, false);
         job.out[i].paused = r.paused;
+        job.out[i].more = r.more;
         if r.eof {
             close_pipe(&mut job.out[i], src);
         }
         if r.crossed_cap {
             excess_output(num, i, self.output_cap, ledger, fx);
         }
+    }
+
+    /// Whether a stream's last read ran out of its budget with bytes left.
+    pub fn output_left(&self) -> bool {
+        self.running.values().any(|j| j.out.iter().any(|o| o.more))
+    }
+
+    /// Reads once more, within the budget, every stream left with bytes.
+    pub fn pump_left(&mut self, src: &mut Sources, ledger: &mut Ledger) -> Effects {
+        let mut fx = Effects::default();
+        let left: Vec<(u64, usize)> = (self.running.values())
+            .flat_map(|j| (0..2).filter(|&i| j.out[i].more).map(|i| (j.num, i)))
+            .collect();
+        for (num, i) in left {
+            self.on_output(num, i, src, ledger, &mut fx);
+        }
+        fx
     }
 
     /// exec mode: the watchdog's stream `i` can take more; resume the

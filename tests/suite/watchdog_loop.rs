@@ -372,6 +372,31 @@ fn one_byte_over_the_cap_is_excess_output() {
     assert!(out.stdout == pattern(CAP));
 }
 
+/// A vmsplice flood refills the pipe as fast as it is read: a reader that
+/// reads "until it would block" never gets there (636 MB were read past a
+/// 64 KiB cap, and the first stop step came 547 ms late). At most the cap
+/// plus one pipe buffer is read (docs/ownership.md, "Every promise has a
+/// clock"), and the first TERM sweep follows the trigger at once.
+#[test]
+fn a_vmsplice_flood_is_cut_at_the_cap() {
+    let (out, recs) = excess(&[python(), &fixture("splice_flood.py")], true);
+    assert_eq!(out.stdout.len(), CAP, "the cap's worth is kept");
+    let exited = data(&recs, "job_exited");
+    let read = exited[0]["stdout"]["bytes"].as_u64().unwrap();
+    assert!(
+        read > CAP as u64 && read <= (CAP + 65536) as u64,
+        "{read} bytes read against a cap of {CAP}"
+    );
+    let mono = |kind: &str| {
+        recs.iter()
+            .find(|r| r["kind"] == kind)
+            .and_then(|r| r["mono_ns"].as_u64())
+            .unwrap()
+    };
+    let late_ms = (mono("signal_sweep") - mono("stop_triggered")) / 1_000_000;
+    assert!(late_ms < 250, "first sweep {late_ms} ms after the trigger");
+}
+
 #[test]
 fn the_cap_counts_both_streams_together() {
     // 40000 bytes on each stream: each alone is under the cap, together over.
