@@ -320,10 +320,15 @@ impl Stopper {
         // and `cgroup.kill` goes out as soon as its frozen census proves
         // every member, before this step's reaping and scanning
         // (thousands of members dying of TERM make both slow). While it
-        // freezes, no KILL sweep runs (`kill.rs`).
-        let grace_over =
-            self.stage == Stage::Kill || (self.stage == Stage::Term && now >= self.grace_until);
-        let freezing = grace_over && host.group().is_some() && self.kill_group(host, now);
+        // freezes, no KILL sweep runs (`kill.rs`), and nothing else is
+        // done either: a census of thousands of members would only take
+        // the CPU from the members the freeze waits for.
+        if self.stage == Stage::Term && now >= self.grace_until {
+            self.enter_kill(now);
+        }
+        if self.stage == Stage::Kill && host.group().is_some() && self.kill_group(host, now) {
+            return Step::Wait((now + KILL_RESCAN).min(self.kill_until));
+        }
         let echild = host.reap().none_left(host.me().pid);
         self.held.fds.retain(|_, fd| !fd.has_exited());
         // The ask step needs no scan: its leaders are known by identity.
@@ -349,11 +354,7 @@ impl Stopper {
             self.end_ask(host, now, AskEnd::LeadersExited);
         }
         if self.stage == Stage::Term && now >= self.grace_until {
-            self.stage = Stage::Kill;
-            // The kill bound is the KILL stage's own: a TERM sweep that
-            // overran the grace (a watchdog starved by a fork storm) must
-            // not use it up before a single SIGKILL went out.
-            self.kill_until = self.kill_until.max(now + self.kill_bound);
+            self.enter_kill(now);
         }
         if self.stage == Stage::Kill && now >= self.kill_until {
             // By pid: a group member's census entry may not carry its start
@@ -369,9 +370,6 @@ impl Stopper {
             let left = census.all().filter(|(s, _)| !s.is_zombie()).count() as u64;
             self.thaw(host);
             return Step::Done(self.completed(now, echild, scan_empty, left));
-        }
-        if self.stage == Stage::Kill && freezing {
-            return Step::Wait((now + KILL_RESCAN).min(self.kill_until));
         }
         // cgroup mode: a TERM sweep with many members to bind runs with
         // the group frozen (thawed right after) when the CPUs are
@@ -390,6 +388,14 @@ impl Stopper {
             }
         }
         Step::Wait(self.next(now, signalled))
+    }
+
+    /// The grace is over: the KILL stage begins. The kill bound is its
+    /// own: a TERM sweep that overran the grace (a watchdog starved by a
+    /// fork storm) must not use it up before a single SIGKILL went out.
+    fn enter_kill(&mut self, now: Instant) {
+        self.stage = Stage::Kill;
+        self.kill_until = self.kill_until.max(now + self.kill_bound);
     }
 
     /// When the next step is due: a rescan interval that doubles while
