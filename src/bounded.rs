@@ -25,10 +25,16 @@
 //! with `_exit`: no destructor of the parent's state runs twice.
 //!
 //! In the watchdog (a child subreaper with its own `P_ALL` reaper) the
-//! helper is its child too: it is forked only while sealing, after the
-//! quiescence evidence was gathered, and is reaped here through its own
-//! pidfd; the reaper does not run again after the receipt, so a helper
-//! is never taken for a job's escapee or counted in the receipt.
+//! helper is its child too: it is forked only before anything runs (the
+//! stage's identity at start; blocked, the start is refused) or while
+//! sealing, after the quiescence evidence was gathered, and is reaped here
+//! through its own pidfd; the reaper does not run again after the receipt,
+//! so a helper is never taken for a job's escapee or counted in the
+//! receipt.
+//!
+//! Work that looks at processes (the holder scan) asks [`in_helper`]:
+//! the process that forked the helper is the one asking, and is no more a
+//! holder of what it asked about than the helper is.
 //!
 //! Once something blocked, later work on the same key (the same stage) in
 //! this process is answered with the same [`Blocked`] at once: one
@@ -38,6 +44,7 @@
 use std::fmt;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -53,6 +60,15 @@ use crate::process::pidfd::{bind_child, VerifiedPidFd};
 /// How long a stage (or a temp root) may take to be read before it is
 /// called unreadable.
 pub const STAGE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Set in a helper, before its work runs; never in the caller.
+static IN_HELPER: AtomicBool = AtomicBool::new(false);
+
+/// True in a helper's work: this process was forked by [`run`] for the
+/// process that is its parent, which is waiting for the answer.
+pub fn in_helper() -> bool {
+    IN_HELPER.load(Ordering::Relaxed)
+}
 
 /// How long a helper sent SIGKILL is given to go before it is left behind.
 const KILL_GRACE: Duration = Duration::from_millis(500);
@@ -218,6 +234,7 @@ where
     let mut kept: Vec<i32> = keep.iter().map(|fd| fd.as_raw_fd()).collect();
     kept.push(w.as_raw_fd());
     only_these(&mut kept);
+    IN_HELPER.store(true, Ordering::Relaxed);
     let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
         .unwrap_or_else(|_| Err("the helper panicked".to_string()));
     let bytes = serde_json::to_vec(&answer)

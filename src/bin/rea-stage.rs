@@ -17,14 +17,17 @@ Exit codes (begin):
 
 Exit codes (discard):
   0  discarded  every check held; every entry, the receipt and DIR are gone
-  1  refused    a check failed; nothing was removed (the reasons are in the log)
+  1  refused    a check failed; nothing was removed (the reasons are in the log);
+                a stage that does not answer within 5 s (a stuck FUSE or NFS
+                mount) is refused as stage_unreadable
   2  stopped    removal had begun and stopped: the stage changed meanwhile
                 (concurrent_change) or an I/O error during removal (io_error);
                 what is left is kept (never forced), the log says what was
                 removed and which reason stopped it
   3  log failed the audit log could not be written; nothing more was done
-  4  usage      bad arguments, FILE already exists, or FILE is inside DIR
-                (nothing is created or removed)
+  4  usage      bad arguments, FILE already exists, FILE is inside DIR, or
+                FILE's directory does not answer within 5 s (nothing is
+                created or removed)
 
 Before removing anything, discard scans the stage for holders through the
 descriptor it listed it by (rea-audit holders --help): a process holding a

@@ -60,6 +60,13 @@ fn of_tree(tree: Tree, t0: Instant) -> io::Result<HolderScan> {
         .to_str()
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| io::Error::other("/proc/self does not name a pid"))?;
+    // In a helper with a deadline (`src/bounded.rs`) the process that asked
+    // for the scan is its parent: not a holder either.
+    let asker = if crate::bounded::in_helper() {
+        parent_of(proc.as_fd(), me)
+    } else {
+        None
+    };
     let own_ns = statx::at(proc.as_fd(), c"self/ns/mnt", true)?.ino;
     let proc_mnt = statx::at(proc.as_fd(), c"", false)?.mnt_id;
     let mut out = HolderScan {
@@ -91,7 +98,7 @@ fn of_tree(tree: Tree, t0: Instant) -> io::Result<HolderScan> {
             .ok()
             .and_then(|s| s.parse::<i32>().ok())
         {
-            if pid != me {
+            if pid != me && Some(pid) != asker {
                 pids.push(pid);
             }
         }
@@ -190,4 +197,13 @@ fn of_tree(tree: Tree, t0: Instant) -> io::Result<HolderScan> {
     }
     out.elapsed_us = t0.elapsed().as_micros() as u64;
     Ok(out)
+}
+
+/// The parent of `me` as this `/proc` numbers it (`None` when unreadable:
+/// then the asker is scanned like any process, and named if it holds).
+fn parent_of(proc: BorrowedFd<'_>, me: i32) -> Option<i32> {
+    let mut buf = Vec::new();
+    let path = std::ffi::CString::new(format!("{me}/stat")).ok()?;
+    procs::read_into(proc, &path, &mut buf).ok()?;
+    crate::process::identity::parse_stat(&buf).map(|s| s.ppid)
 }

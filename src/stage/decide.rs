@@ -107,6 +107,9 @@ pub struct Facts {
 pub enum Code {
     /// DIR (or its parent) cannot be opened without following a symlink.
     StageUnreachable,
+    /// DIR (or a mount under it) did not answer within 5 s: a file system
+    /// that is stuck (a FUSE or NFS server gone). Nothing is touched.
+    StageUnreadable,
     ReceiptMissing,
     ReceiptNotRegular,
     ReceiptTooLarge,

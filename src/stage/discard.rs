@@ -22,6 +22,7 @@ use super::remove::{pause_hook, remove_stage, unlink_entry, unlink_own, PAUSE_UN
 use super::{ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};
 use crate::audit::record::HoldersScanned;
 use crate::audit::stage_held;
+use crate::bounded::{self, Blocked, Failure, STAGE_DEADLINE};
 use crate::holders::scan::scan_fds;
 
 /// `rea-stage discard` exit codes (documented in `--help` and the README).
@@ -92,42 +93,85 @@ impl Run {
     }
 }
 
-/// Whether the log would be created inside the stage (its directory, or a
-/// directory above it up to `/`, is the stage by dev/inode): then discard
-/// would be removing, or racing with, its own log. Checked before the log
-/// is created; `None` when the stage cannot be opened (refused later).
-fn log_in_stage(dir: &Path, log_path: &Path) -> Option<String> {
-    use nix::fcntl::{openat, OFlag};
-    let stage = open_parent(dir).ok()?.open_stage().ok()?;
-    let st = Id::of(stage.as_fd()).ok()?;
+/// What is known before the log exists. Every look runs in a helper with
+/// a deadline (`src/bounded.rs`): a stuck file system (a FUSE or NFS
+/// server gone) blocks a helper, never the discard.
+enum Before {
+    /// The stage answered (or failed in a way the discard reports itself).
+    Ready,
+    /// The log would be created inside the stage (its directory, or one
+    /// above it up to `/`, is the stage by dev/inode): discard would be
+    /// removing, or racing with, its own log.
+    LogInStage(String),
+    /// The directory of the log did not answer: no log can be written.
+    LogDirBlocked(String),
+    /// The stage, or a mount under it, did not answer: refused,
+    /// `stage_unreadable`, nothing touched.
+    StageBlocked(Blocked),
+}
+
+fn before_log(dir: &Path, log_path: &Path, shown: &str) -> Before {
     let parent = match log_path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let mut fd: std::os::fd::OwnedFd = std::fs::File::open(parent).ok()?.into();
-    for _ in 0..4096 {
-        let here = Id::of(fd.as_fd()).ok()?;
-        if (here.dev, here.ino) == (st.dev, st.ino) {
-            return Some(format!(
+    let key = parent.display().to_string();
+    let what = format!("the audit log's directory {key}");
+    let above = match bounded::run(&what, &key, STAGE_DEADLINE, &[], || ancestors(parent)) {
+        Ok(ids) => ids,
+        Err(Failure::Blocked(b)) => return Before::LogDirBlocked(b.to_string()),
+        // Created later, and that reports the error.
+        Err(Failure::Failed(_)) => Vec::new(),
+    };
+    let what = format!("the stage {shown}");
+    let opened = bounded::run(&what, shown, STAGE_DEADLINE, &[], || {
+        let stage = open_parent(dir).map_err(|e| e.to_string())?;
+        let id = Id::of(stage.open_stage().map_err(|e| e.to_string())?.as_fd());
+        id.map(|i| (i.dev, i.ino)).map_err(|e| e.to_string())
+    });
+    match opened {
+        Err(Failure::Blocked(b)) => return Before::StageBlocked(b),
+        Ok(id) if above.contains(&id) => {
+            return Before::LogInStage(format!(
                 "--audit-log {} is inside the stage {}: the log must be outside it",
                 log_path.display(),
                 dir.display()
-            ));
+            ))
         }
-        let up = openat(
-            fd.as_fd(),
-            "..",
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::empty(),
-        )
-        .ok()?;
-        let above = Id::of(up.as_fd()).ok()?;
-        if (above.dev, above.ino) == (here.dev, here.ino) {
-            return None;
-        }
-        fd = up;
+        // Unreachable: refused once the log exists, for its own reason.
+        Err(Failure::Failed(_)) => return Before::Ready,
+        Ok(_) => {}
     }
-    None
+    // Opened; listed the way the discard will (a mount under the stage
+    // blocks here).
+    let listed = bounded::run(&what, shown, STAGE_DEADLINE, &[], || {
+        let stage = open_parent(dir).map_err(|e| e.to_string())?;
+        let stage = stage.open_stage().map_err(|e| e.to_string())?;
+        let listing = inventory::take(stage.as_fd()).map_err(|e| e.to_string())?;
+        Ok(listing.entries.len())
+    });
+    match listed {
+        Err(Failure::Blocked(b)) => Before::StageBlocked(b),
+        _ => Before::Ready,
+    }
+}
+
+/// The (dev, inode) of `dir` and of every directory above it up to `/`.
+fn ancestors(dir: &Path) -> Result<Vec<(u64, u64)>, String> {
+    use nix::fcntl::{openat, OFlag};
+    let mut fd: std::os::fd::OwnedFd = std::fs::File::open(dir).map_err(|e| e.to_string())?.into();
+    let mut out = Vec::new();
+    for _ in 0..4096 {
+        let here = Id::of(fd.as_fd()).map_err(|e| e.to_string())?;
+        if out.last() == Some(&(here.dev, here.ino)) {
+            break;
+        }
+        out.push((here.dev, here.ino));
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        fd = openat(fd.as_fd(), "..", flags, nix::sys::stat::Mode::empty())
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(out)
 }
 
 /// Refuses before anything was listed (the stage could not be reached).
@@ -155,8 +199,15 @@ pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
         Ok(n) => format!("discard-{}", &n[..16]),
         Err(e) => return usage(format!("cannot read /dev/urandom: {e}")),
     };
-    if let Some(why) = log_in_stage(dir, log_path) {
-        return usage(why);
+    let shown = std::path::absolute(dir)
+        .unwrap_or(dir.to_path_buf())
+        .display()
+        .to_string();
+    let before = before_log(dir, log_path, &shown);
+    match &before {
+        Before::LogInStage(why) => return usage(why.clone()),
+        Before::LogDirBlocked(why) => return usage(why.clone()),
+        Before::Ready | Before::StageBlocked(_) => {}
     }
     let log = match StageLog::create(log_path, &run_id) {
         Ok(l) => l,
@@ -169,10 +220,10 @@ pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
         Err(e) => return log_failed(e),
     };
     let mut run = Run { log, removed: 0 };
-    let shown = std::path::absolute(dir)
-        .unwrap_or(dir.to_path_buf())
-        .display()
-        .to_string();
+    if let Before::StageBlocked(b) = before {
+        let r = Refusal::new(Code::StageUnreadable, None, b.to_string());
+        return unreachable(&mut run, &shown, hex, r);
+    }
     let parent = match open_parent(dir) {
         Ok(p) => p,
         Err(e) => {
@@ -219,7 +270,13 @@ pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
     };
     let receipt = listing.receipt.as_deref().map(super::receipt::parse);
     // Who holds it, by the descriptor the listing was taken through.
-    let holders = match scan_fds(&[(Path::new(&shown), stage.as_fd())]) {
+    // A holder's open file on a stuck file system answers no stat: the scan
+    // runs with a deadline too.
+    let what = format!("the holder scan of {shown}");
+    let scanned = bounded::run(&what, &shown, STAGE_DEADLINE, &[stage.as_fd()], || {
+        scan_fds(&[(Path::new(&shown), stage.as_fd())]).map_err(|e| e.to_string())
+    });
+    let holders = match scanned {
         Ok(s) => HoldersScanned::Scanned(s),
         Err(e) => HoldersScanned::Failed {
             error: crate::vocab::bounded(&e.to_string()),

@@ -44,10 +44,7 @@ fn open_action(
         ));
     }
     let staging_start = match &cfg.staging {
-        Some(p) => Some(
-            inventory::dir_identity(p)
-                .map_err(|e| format!("staging directory {}: {e}", p.display()))?,
-        ),
+        Some(p) => Some(staging_identity(p)?),
         None => None,
     };
     let mut started = prepare(root, new_session)?;
@@ -282,4 +279,22 @@ pub fn exec_status(fin: &Finished) -> i32 {
 fn mkdtemp(base: &std::path::Path, prefix: &str) -> std::io::Result<PathBuf> {
     let template = base.join(format!("{prefix}XXXXXX"));
     nix::unistd::mkdtemp(&template).map_err(std::io::Error::from)
+}
+
+/// The staging directory's identity at start, read by a helper with a
+/// deadline (`src/bounded.rs`): a stage on a file system that does not
+/// answer (a FUSE or NFS server gone) refuses the start, `stage_unreadable`,
+/// with nothing made and nothing launched, instead of hanging before the
+/// log exists.
+fn staging_identity(p: &std::path::Path) -> Result<crate::audit::record::DirIdentity, String> {
+    let what = format!("the staging directory {}", p.display());
+    let key = p.display().to_string();
+    let limit = crate::bounded::STAGE_DEADLINE;
+    crate::bounded::run(&what, &key, limit, &[], || {
+        inventory::dir_identity(p).map_err(|e| e.to_string())
+    })
+    .map_err(|e| match e {
+        crate::bounded::Failure::Blocked(b) => format!("stage_unreadable: {b}"),
+        crate::bounded::Failure::Failed(e) => format!("staging directory {}: {e}", p.display()),
+    })
 }

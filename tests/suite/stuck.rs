@@ -314,3 +314,99 @@ fn a_watchdog_whose_stage_goes_stuck_seals_its_receipt() {
         "{v:#}"
     );
 }
+
+/// A watchdog asked to start on a stage that does not answer refuses
+/// within the bound (`stage_unreadable`, exit 125) instead of hanging
+/// before its log exists: no state directory, no log, nothing launched.
+#[test]
+fn a_watchdog_refuses_to_start_on_a_stuck_stage() {
+    let Some(_ns) = private_mount_ns("stuck stage at start") else {
+        return;
+    };
+    let scratch = Scratch::new();
+    let staging = scratch.path("staging");
+    std::fs::create_dir(&staging).unwrap();
+    let (state, log) = (scratch.path("state"), scratch.path("audit.jsonl"));
+    let stuck = StuckMount::on(&staging);
+    let mut c = Command::new(watchdog_bin());
+    c.args(["run", "--state-dir", s(&state), "--audit-log", s(&log)])
+        .args(["--staging", s(&staging)]);
+    let (o, took) = timed(c);
+    assert!(took < ANSWER, "start took {took:?}: {}", text(&o));
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(text(&o).contains("stage_unreadable"), "{}", text(&o));
+    assert!(o.stdout.is_empty(), "no ready line: {}", text(&o));
+    assert!(!state.exists() && !log.exists(), "nothing made");
+    let helpers = helpers_named(&text(&o));
+    assert_eq!(
+        helpers.len(),
+        1,
+        "the blocked helper is named: {}",
+        text(&o)
+    );
+    drop(stuck);
+    assert_gone(&helpers);
+}
+
+/// `rea-stage discard` of a stage that does not answer (the mount on the
+/// stage itself, or on a directory in it) refuses within the bound,
+/// `stage_unreadable`, recorded in its chained log, and touches nothing:
+/// once the mount is gone, the stage is all there.
+#[test]
+fn a_discard_of_a_stuck_stage_is_refused_in_time() {
+    let Some(_ns) = private_mount_ns("stuck stage at discard") else {
+        return;
+    };
+    for on_stage in [true, false] {
+        let scratch = Scratch::new();
+        let dir = scratch.path("stage");
+        let mut c = Command::new(stage_bin());
+        c.args(["begin", s(&dir), "--file", "runtime.bin"]);
+        let (o, _) = timed(c);
+        assert!(o.status.success(), "begin: {}", text(&o));
+        let hex = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        std::fs::create_dir(dir.join("sub")).unwrap();
+        let before = std::fs::read_dir(&dir).unwrap().count();
+        let target = if on_stage {
+            dir.clone()
+        } else {
+            dir.join("sub")
+        };
+        let stuck = StuckMount::on(&target);
+        let log = scratch.path("discard.jsonl");
+        let mut c = Command::new(stage_bin());
+        c.args(["discard", s(&dir), "--receipt-sha256", &hex])
+            .args(["--audit-log", s(&log)]);
+        let (o, took) = timed(c);
+        let what = format!("on_stage={on_stage}: {}", text(&o));
+        assert!(took < ANSWER, "discard took {took:?}: {what}");
+        assert_eq!(o.status.code(), Some(1), "{what}");
+        let recs = records(&log);
+        let last = recs.last().expect("a discard log");
+        assert_eq!(last["kind"], "discard_decided", "{recs:#?}");
+        assert_eq!(last["data"]["outcome"], "refused", "{last:#}");
+        let codes: Vec<&str> = last["data"]["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["code"].as_str())
+            .collect();
+        assert_eq!(codes, ["stage_unreadable"], "{last:#}");
+        let helpers = helpers_named(&last.to_string());
+        assert!(!helpers.is_empty(), "the blocked helper is named: {last:#}");
+        let (o, _) = audit(&["verify", s(&log)]);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "refused, never tampered: {}",
+            text(&o)
+        );
+        drop(stuck);
+        assert_gone(&helpers);
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            before,
+            "touched nothing"
+        );
+    }
+}
