@@ -1,6 +1,5 @@
 //! The hash-chained, append-only audit log (SPEC 4) and its verifier (SPEC 5).
 
-pub mod chain;
 pub mod checked;
 pub mod passes;
 pub mod people;
@@ -27,7 +26,9 @@ pub mod stage_held;
 pub mod stage_log;
 pub mod verdict;
 pub mod verify;
-pub mod writer;
 
 pub use record::Event;
-pub use writer::{AuditError, AuditWriter};
+pub use crate::log::LogError as AuditError;
+
+/// The watchdog's audit log: the chained log of [`Event`]s.
+pub type AuditWriter = crate::log::ChainWriter<Event>;

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use crate::audit::reader::{open_log, OpenError};
-use crate::audit::writer::MAX_LINE;
+use crate::log::writer::MAX_LINE;
 
 /// What one pass read: its length, its lines, the SHA-256 of it all.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 
 use super::record::Event;
 use super::verdict::Code;
-use super::writer::MAX_LINE;
+use crate::log::MAX_LINE;
 
 /// One record, as read (envelope strings borrowed from the line).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -127,7 +127,7 @@ pub fn parse_line(line: &[u8]) -> Result<Record<'_>, LineError> {
             "run id must match [A-Za-z0-9_.-]{1,64}",
         ));
     }
-    if !crate::audit::chain::is_digest(&wire.prev) {
+    if !crate::log::chain::is_digest(&wire.prev) {
         return Err(err(Code::BadField, "prev must be 64 lowercase hex digits"));
     }
     if chrono::DateTime::parse_from_rfc3339(&wire.ts).is_err() || !wire.ts.ends_with('Z') {

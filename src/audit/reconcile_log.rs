@@ -15,13 +15,13 @@ use std::io;
 
 use serde::Serialize;
 
-use super::chain;
+use crate::log::chain;
 use super::reader::{parse_line, read_lines, Piece};
 use super::record::{
     Containment, Event, GroupRemoved, Ident, Proc, Receipt, RunStarted, StagingInventoried, Status,
     StopReason,
 };
-use super::writer::MAX_LINE;
+use crate::log::MAX_LINE;
 use crate::vocab::bounded;
 
 /// Distinct processes kept, at most (a fork storm's log names many; the

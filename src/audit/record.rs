@@ -560,6 +560,22 @@ macro_rules! events {
     };
 }
 
+impl crate::log::Kind for Event {
+    const VERSION: u32 = RECORD_VERSION;
+
+    fn kind(&self) -> &'static str {
+        Event::kind(self)
+    }
+
+    fn data(&self) -> impl Serialize + '_ {
+        Event::data(self)
+    }
+
+    fn parse_data(kind: &str, data: &str) -> Option<serde_json::Result<Event>> {
+        Event::parse_data(kind, data)
+    }
+}
+
 /// `Event`'s `data` as a value to serialise inside the record envelope.
 pub(crate) struct EventData<'a>(&'a Event);
 

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::chain;
+use crate::log::chain;
 use super::reader::Wire;
 use super::record::StagingInventoried;
 use super::verdict::Status;

@@ -24,7 +24,7 @@ use super::record_group::RunIdSeen;
 use super::recover_judge::judge;
 use super::recover_lines::{Check, Judged};
 use super::verdict::{Decision, Status};
-use super::writer::MAX_LINE;
+use crate::log::MAX_LINE;
 use crate::holders::HolderScan;
 use crate::recover::record::{Outcome, RecoveryEvent, KINDS};
 

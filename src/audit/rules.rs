@@ -6,7 +6,7 @@
 
 use super::reader::Record;
 use super::record::{Event, RECORD_VERSION};
-use super::writer::{encode, Line};
+use crate::log::writer::{encode, Line};
 use crate::vocab::is_digest;
 
 /// Whether `line` is exactly what the writer emits for `rec`. `scratch`

@@ -16,9 +16,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::chain;
+use crate::log::chain;
 use super::reader::{open_log, read_lines, OpenError, Piece, Wire};
-use super::writer::MAX_LINE;
+use crate::log::MAX_LINE;
 use crate::stage::decide::{decide, plan, Code, Facts, Refusal};
 use crate::stage::log::{
     encode, DiscardDecided, Outcome, Removed, StageEvent, StageInventoried, KINDS, VERSION,

@@ -11,14 +11,14 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::chain;
+use crate::log::chain;
 use super::reader::{open_log, parse_line, OpenError};
 use super::record::{Event, Outcome, Receipt, StopReason, RECORD_VERSION};
 use super::replay::Replay;
 use super::rules;
 use super::stage_held;
 use super::verdict::{Code, Reason, Status, Verdict};
-use super::writer::MAX_LINE;
+use crate::log::MAX_LINE;
 use crate::bounded::Failure;
 use crate::holders::HolderScan;
 use crate::inventory;

@@ -45,7 +45,7 @@ const MAX_SCAN: usize = 64;
 
 /// A record could not be made durable; whether `cgroup.kill` was written.
 pub struct LogFailed {
-    pub error: std::io::Error,
+    pub error: crate::log::LogError,
     pub killed: bool,
 }
 
@@ -112,7 +112,7 @@ fn thaw(g: &ActionGroup) -> String {
 /// record that cannot be made durable (the group thawed if nothing was
 /// killed).
 pub fn act(log: &mut RecoveryLog, g: ActionGroup, s: &RecoveryStarted) -> Result<Acted, LogFailed> {
-    let fail = |killed: bool| move |error: std::io::Error| LogFailed { error, killed };
+    let fail = |killed: bool| move |error: crate::log::LogError| LogFailed { error, killed };
     let before = frozen_census(&g, s);
     let identity = before.group.clone();
     if let Err(e) = log.record(&RecoveryEvent::Members(before.clone())) {

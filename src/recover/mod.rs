@@ -114,7 +114,7 @@ impl Done {
         self
     }
 
-    fn log_failed(mut self, e: &std::io::Error, killed: bool) -> Done {
+    fn log_failed(mut self, e: &dyn std::fmt::Display, killed: bool) -> Done {
         let what = if killed {
             "cgroup.kill WAS written; the log is unsealed: run rea-audit reconcile on LOG"
         } else {

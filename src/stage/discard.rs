@@ -23,6 +23,7 @@ use super::{ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};
 use crate::audit::record::HoldersScanned;
 use crate::audit::stage_held;
 use crate::bounded::{self, Blocked, Failure, STAGE_DEADLINE};
+use crate::log::LogError;
 use crate::holders::scan::scan_fds;
 
 /// `rea-stage discard` exit codes (documented in `--help` and the README).
@@ -41,7 +42,7 @@ pub struct Done {
     pub head: Option<String>,
 }
 
-fn log_failed(e: std::io::Error) -> Done {
+fn log_failed(e: impl std::fmt::Display) -> Done {
     eprintln!("rea-stage: the audit log could not be written ({e}); stopped, nothing more is done");
     Done {
         code: EXIT_LOG_FAILED,
@@ -81,8 +82,9 @@ impl Run {
         }
     }
 
-    fn started(&mut self, stage: &str, id: Option<DirId>, hex: &str) -> std::io::Result<()> {
-        self.log.record(&StageEvent::Started(DiscardStarted {
+    fn started(&mut self, stage: &str, id: Option<DirId>, hex: &str) -> Result<(), LogError> {
+        self.log
+            .record(&StageEvent::Started(DiscardStarted {
             version: env!("CARGO_PKG_VERSION").to_string(),
             stage: stage.to_string(),
             identity: id,
@@ -90,6 +92,7 @@ impl Run {
             uid: nix::unistd::getuid().as_raw(),
             pid: std::process::id(),
         }))
+            .map(|_| ())
     }
 }
 
@@ -413,7 +416,7 @@ fn interlock(dirfd: std::os::fd::BorrowedFd<'_>, run: &str) -> Result<u64, Refus
 }
 
 enum Stop {
-    Log(std::io::Error),
+    Log(LogError),
     Refused(Refusal),
 }
 

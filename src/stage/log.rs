@@ -1,24 +1,13 @@
-//! The discard's own audit log: the chain rule of SPEC 4 exactly (the same
-//! envelope `v, run, seq, ts, mono_ns, kind, prev, data`, the same genesis
-//! and line hash from [`crate::audit::chain`]), with kinds of its own.
-//!
-//! The file is created `O_EXCL` (a log is never appended to twice), every
-//! record is one `write(2)` on an `O_APPEND` descriptor and is made durable
-//! (`fdatasync`) before the act it announces; after a failed write nothing
-//! more is appended. The last record is always `discard_decided`.
-
-use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+//! The discard's own audit log: a chained log ([`crate::log`]: the same
+//! envelope, chain rule and writer as the watchdog's) with record kinds of
+//! its own. Every record is made durable before the act it announces
+//! ([`StageLog::record`]); the last record is always `discard_decided`.
 
 use serde::{Deserialize, Serialize};
 
 use super::decide::{DirId, Entry, Refusal};
 use super::receipt::BeforeTransfer;
-use crate::audit::chain;
 use crate::audit::record::HoldersScanned;
-use crate::audit::writer::MAX_LINE;
 
 /// `v` of every record.
 pub const VERSION: u32 = 1;
@@ -166,107 +155,33 @@ pub fn encode(
     prev: &str,
     ev: &StageEvent,
 ) -> serde_json::Result<Vec<u8>> {
-    serde_json::to_vec(&crate::audit::writer::Envelope {
-        v: VERSION,
+    let line = crate::log::writer::Line {
         run,
         seq,
         ts,
         mono_ns,
-        kind: ev.kind(),
         prev,
-        data: ev,
-    })
+    };
+    let mut out = Vec::new();
+    crate::log::writer::encode(&line, ev, &mut out)?;
+    Ok(out)
 }
 
-pub struct StageLog {
-    file: File,
-    dir: File,
-    run: String,
-    seq: u64,
-    prev: String,
-    poisoned: bool,
-}
+impl crate::log::Kind for StageEvent {
+    const VERSION: u32 = VERSION;
 
-impl StageLog {
-    /// Creates the log exclusively (0600) and syncs its directory entry.
-    pub fn create(path: &Path, run: &str) -> io::Result<StageLog> {
-        let file = OpenOptions::new()
-            .append(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)?;
-        let parent = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        let dir = File::open(parent)?;
-        dir.sync_all()?;
-        Ok(StageLog {
-            file,
-            dir,
-            run: run.to_string(),
-            seq: 0,
-            prev: chain::genesis(run),
-            poisoned: false,
-        })
+    fn kind(&self) -> &'static str {
+        StageEvent::kind(self)
     }
 
-    pub fn run(&self) -> &str {
-        &self.run
+    fn data(&self) -> impl Serialize + '_ {
+        self
     }
 
-    /// The hash of the last line written.
-    pub fn head(&self) -> &str {
-        &self.prev
-    }
-
-    /// Appends one record with one `write` and makes it durable.
-    pub fn record(&mut self, ev: &StageEvent) -> io::Result<()> {
-        if self.poisoned {
-            return Err(io::Error::other(
-                "the log is unusable after an earlier failure",
-            ));
-        }
-        let ts = crate::clock::rfc3339_now();
-        let mut line = encode(
-            &self.run,
-            self.seq,
-            &ts,
-            crate::clock::mono_ns(),
-            &self.prev,
-            ev,
-        )
-        .map_err(io::Error::other)?;
-        if line.len() > MAX_LINE {
-            return Err(io::Error::other(format!(
-                "record of {} bytes over the line cap",
-                line.len()
-            )));
-        }
-        let hash = chain::line_hash(&line);
-        line.push(b'\n');
-        self.poisoned = true;
-        match self.file.write(&line) {
-            Ok(n) if n == line.len() => {}
-            Ok(n) => {
-                return Err(io::Error::other(format!(
-                    "short write: {n} of {} bytes",
-                    line.len()
-                )))
-            }
-            Err(e) => return Err(e),
-        }
-        nix::unistd::fdatasync(&self.file)?;
-        self.poisoned = false;
-        self.seq += 1;
-        self.prev = hash;
-        Ok(())
-    }
-
-    /// The last record: durable, and the log's directory entry too.
-    pub fn seal(&mut self, ev: &StageEvent) -> io::Result<()> {
-        self.record(ev)?;
-        self.dir.sync_all()
+    fn parse_data(kind: &str, data: &str) -> Option<serde_json::Result<StageEvent>> {
+        StageEvent::parse(kind, data)
     }
 }
+
+/// The discard log's writer.
+pub type StageLog = crate::log::ChainWriter<StageEvent>;

@@ -333,7 +333,7 @@ fn read_staging(path: Option<&Path>, start: Option<&DirIdentity>) -> Option<Stag
         inventory: Inventory {
             entries: 0,
             bytes: 0,
-            digest: crate::audit::chain::line_hash(b""),
+            digest: crate::log::chain::line_hash(b""),
         },
         special: Vec::new(),
         special_truncated: false,

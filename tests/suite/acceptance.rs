@@ -1489,7 +1489,7 @@ fn discarded_stderr_never_reaches_log_receipt_or_replies() {
     assert_eq!(exited[0]["stderr"]["bytes"], expect.len() as u64);
     assert_eq!(
         exited[0]["stderr"]["sha256"],
-        rea::audit::chain::line_hash(expect.as_bytes())
+        rea::log::chain::line_hash(expect.as_bytes())
     );
     let exited2 = data_of(&w2.records(), "job_exited");
     assert_eq!(exited2[0]["stderr"]["bytes"], expect.len() as u64);

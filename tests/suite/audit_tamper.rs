@@ -22,9 +22,9 @@ use common::logs::{
     build, prev_of, rechain, replace_once, seq_of, verify, with_prev, with_seq, write_lines,
     BuiltLog, LogOpts, Verified,
 };
-use rea::audit::chain;
+use rea::log::chain;
 use rea::audit::record::{Event, InnerAlarm, RequestReceived, StopReason};
-use rea::audit::writer::MAX_LINE;
+use rea::log::writer::MAX_LINE;
 use rea::audit::AuditWriter;
 use rea::protocol::Op;
 

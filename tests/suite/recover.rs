@@ -144,7 +144,7 @@ fn a_lost_watchdog_is_recovered_through_its_group() {
     assert_eq!(first["log_run"], l.w.run_id().as_str(), "{first:#}");
     let lines = common::logs::read_lines(&log);
     assert_eq!(first["log_intact_seq"], lines.len() as u64 - 1, "{first:#}");
-    let head = rea::audit::chain::line_hash(lines.last().unwrap());
+    let head = rea::log::chain::line_hash(lines.last().unwrap());
     assert_eq!(first["log_intact_head"], head.as_str(), "{first:#}");
     assert_eq!(r.json["log_intact_head"], head.as_str());
     let members = recs

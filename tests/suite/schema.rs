@@ -1544,7 +1544,7 @@ fn readme_worked_example_verifies() {
     g.extend_from_slice(run.as_bytes());
     let genesis = sha256_hex(&g);
     assert_eq!(stated["genesis"], genesis, "stated genesis");
-    assert_eq!(rea::audit::chain::genesis(run), genesis);
+    assert_eq!(rea::log::chain::genesis(run), genesis);
 
     let mut prev = genesis;
     for (i, line) in lines.iter().enumerate() {

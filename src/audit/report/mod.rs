@@ -342,7 +342,7 @@ fn write_page<W: Write>(
 /// log changed while it was read).
 pub fn run(opts: &Options) -> Result<i32, Failure> {
     if let Some(h) = &opts.expect_head {
-        if !crate::audit::chain::is_digest(h) {
+        if !crate::log::chain::is_digest(h) {
             return Err(Failure::Usage(
                 "--expect-head must be 64 lowercase hex digits".into(),
             ));

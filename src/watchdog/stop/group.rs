@@ -43,7 +43,7 @@ pub fn kill_now(g: &ActionGroup) -> Option<Event> {
 #[cfg(test)]
 mod tests {
     use crate::audit::record::{GroupKill, GROUP_KILL_NAMED};
-    use crate::audit::writer::MAX_LINE;
+    use crate::log::writer::MAX_LINE;
 
     /// A fork bomb's group on a host whose `pid_max` is 4 194 304: 200 000
     /// seven-digit pids. All of them in one record pass the line cap (the

@@ -355,7 +355,7 @@ mod tests {
     use super::super::census::Census;
     use super::super::{StopHost, Stopper};
     use crate::audit::record::{AskSpan, Event, Ident, StopReason, Uncertainty};
-    use crate::audit::writer::MAX_LINE;
+    use crate::log::writer::MAX_LINE;
     use crate::process::identity::{read_stat, Stat};
     use crate::process::reap::Peek;
     use std::os::unix::process::ExitStatusExt;

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::counted::CountedLog;
-use rea::audit::chain;
+use rea::log::chain;
 use rea::audit::record::Outcome;
 use rea::audit::record::{
     AskSpan, Bounds, DirIdentity, Event, Ident, JobExited, JobSpawned, Link, MappingUncertain,

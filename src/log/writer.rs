@@ -1,9 +1,13 @@
-//! The append-only writer: one log per action, one `write` per record.
+//! The append-only writer of a chained log, one for every log kind: one
+//! record is one `write(2)`.
 //!
-//! Invariants: the file is created with `O_EXCL`, so this writer is its only
-//! author; records are written whole by a single `write(2)` on an `O_APPEND`
-//! descriptor; after any failed or short write the writer is poisoned and
-//! never appends again, so a torn line can only ever be the last one.
+//! Invariants: the file is created with `O_EXCL` (and `O_NOFOLLOW`), so
+//! this writer is its only author and it is never another's file; records
+//! are written whole by a single `write(2)` on an `O_APPEND` descriptor;
+//! after any failed or short write, or a failed sync, the writer is
+//! poisoned and never appends again, so a torn line can only ever be the
+//! last one. The directory entry is made durable at creation and with the
+//! seal.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -12,40 +16,39 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::chain;
-use super::record::{Event, RECORD_VERSION};
+use super::{chain, Kind};
 use crate::clock;
 
 /// Longest record line the writer produces and `verify` accepts, without `\n`.
 pub const MAX_LINE: usize = 1 << 20;
 
 #[derive(Debug)]
-pub enum AuditError {
+pub enum LogError {
     Io(io::Error),
     /// An earlier write or sync failed; nothing is appended after it.
     Poisoned(String),
     TooLarge(usize),
 }
 
-impl std::fmt::Display for AuditError {
+impl std::fmt::Display for LogError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            AuditError::Io(e) => write!(f, "audit log I/O error: {e}"),
-            AuditError::Poisoned(why) => {
-                write!(f, "audit log unusable after an earlier failure: {why}")
+            LogError::Io(e) => write!(f, "log I/O error: {e}"),
+            LogError::Poisoned(why) => {
+                write!(f, "log unusable after an earlier failure: {why}")
             }
-            AuditError::TooLarge(n) => write!(
+            LogError::TooLarge(n) => write!(
                 f,
-                "audit record of {n} bytes exceeds the {MAX_LINE}-byte line cap"
+                "record of {n} bytes exceeds the {MAX_LINE}-byte line cap"
             ),
         }
     }
 }
 
-impl std::error::Error for AuditError {}
+impl std::error::Error for LogError {}
 
-/// One record line as written (SPEC 4), whatever its `data`: the watchdog's
-/// records and `rea-stage`'s discard log share this envelope and its key order.
+/// One record line as written (docs/audit-log.md), whatever its `data`:
+/// every log kind shares this envelope and its key order.
 #[derive(Serialize)]
 pub(crate) struct Envelope<'a, D: Serialize> {
     pub v: u32,
@@ -69,9 +72,9 @@ pub struct Line<'a> {
 
 /// Appends the exact bytes of the record line (no `\n`) to `out`: the one
 /// encoding the writer produces and the verifier compares against.
-pub fn encode(line: &Line<'_>, event: &Event, out: &mut Vec<u8>) -> serde_json::Result<()> {
+pub fn encode<K: Kind>(line: &Line<'_>, event: &K, out: &mut Vec<u8>) -> serde_json::Result<()> {
     let env = Envelope {
-        v: RECORD_VERSION,
+        v: K::VERSION,
         run: line.run,
         seq: line.seq,
         ts: line.ts,
@@ -83,8 +86,11 @@ pub fn encode(line: &Line<'_>, event: &Event, out: &mut Vec<u8>) -> serde_json::
     serde_json::to_writer(out, &env)
 }
 
-pub struct AuditWriter {
+/// The writer of one log of kind `K`.
+pub struct ChainWriter<K: Kind> {
     file: File,
+    /// The log's directory, opened at creation: synced with the seal.
+    dir: File,
     path: PathBuf,
     run: String,
     seq: u64,
@@ -93,6 +99,7 @@ pub struct AuditWriter {
     poisoned: Option<String>,
     unsynced: bool,
     buf: Vec<u8>,
+    kind: std::marker::PhantomData<fn(&K)>,
 }
 
 /// A record as written: its sequence number and the line's hash.
@@ -102,9 +109,10 @@ pub struct Written {
     pub hash: String,
 }
 
-impl AuditWriter {
-    /// Creates the log exclusively (mode 0600) and makes its directory entry durable.
-    pub fn create(path: &Path, run: &str) -> io::Result<AuditWriter> {
+impl<K: Kind> ChainWriter<K> {
+    /// Creates the log exclusively (mode 0600, never through a symlink) and
+    /// makes its directory entry durable. `AlreadyExists` when `path` exists.
+    pub fn create(path: &Path, run: &str) -> io::Result<ChainWriter<K>> {
         if !crate::vocab::is_token(run) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -115,10 +123,17 @@ impl AuditWriter {
             .append(true)
             .create_new(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)?;
-        sync_parent_dir(path)?;
-        Ok(AuditWriter {
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let dir = File::open(parent)?;
+        dir.sync_all()?;
+        Ok(ChainWriter {
             file,
+            dir,
             path: path.to_path_buf(),
             run: run.to_string(),
             seq: 0,
@@ -126,6 +141,7 @@ impl AuditWriter {
             poisoned: None,
             unsynced: false,
             buf: Vec::with_capacity(4096),
+            kind: std::marker::PhantomData,
         })
     }
 
@@ -153,9 +169,9 @@ impl AuditWriter {
     /// Appends one record with one `write`. Not yet durable: see [`sync`].
     ///
     /// [`sync`]: AuditWriter::sync
-    pub fn append(&mut self, event: &Event) -> Result<Written, AuditError> {
+    pub fn append(&mut self, event: &K) -> Result<Written, LogError> {
         if let Some(why) = &self.poisoned {
-            return Err(AuditError::Poisoned(why.clone()));
+            return Err(LogError::Poisoned(why.clone()));
         }
         let ts = clock::rfc3339_now();
         self.buf.clear();
@@ -166,9 +182,9 @@ impl AuditWriter {
             mono_ns: clock::mono_ns(),
             prev: &self.prev,
         };
-        encode(&line, event, &mut self.buf).map_err(|e| AuditError::Io(io::Error::other(e)))?;
+        encode(&line, event, &mut self.buf).map_err(|e| LogError::Io(io::Error::other(e)))?;
         if self.buf.len() > MAX_LINE {
-            return Err(AuditError::TooLarge(self.buf.len()));
+            return Err(LogError::TooLarge(self.buf.len()));
         }
         let hash = chain::line_hash(&self.buf);
         self.buf.push(b'\n');
@@ -180,7 +196,7 @@ impl AuditWriter {
             Err(e) => {
                 let why = format!("write failed: {e}");
                 self.poisoned = Some(why);
-                return Err(AuditError::Io(e));
+                return Err(LogError::Io(e));
             }
         }
         let written = Written {
@@ -194,9 +210,9 @@ impl AuditWriter {
     }
 
     /// `fdatasync`: everything appended so far is durable when this returns Ok.
-    pub fn sync(&mut self) -> Result<(), AuditError> {
+    pub fn sync(&mut self) -> Result<(), LogError> {
         if let Some(why) = &self.poisoned {
-            return Err(AuditError::Poisoned(why.clone()));
+            return Err(LogError::Poisoned(why.clone()));
         }
         if !self.unsynced {
             return Ok(());
@@ -209,30 +225,23 @@ impl AuditWriter {
     }
 
     /// Append and make durable: for records that announce an act.
-    pub fn record(&mut self, event: &Event) -> Result<Written, AuditError> {
+    pub fn record(&mut self, event: &K) -> Result<Written, LogError> {
         let w = self.append(event)?;
         self.sync()?;
         Ok(w)
     }
 
     /// The last record: durable, and its directory entry too.
-    pub fn seal(&mut self, receipt: &Event) -> Result<Written, AuditError> {
-        let w = self.record(receipt)?;
-        sync_parent_dir(&self.path)
-            .map_err(|e| self.poison(format!("directory fsync failed: {e}")))?;
+    pub fn seal(&mut self, last: &K) -> Result<Written, LogError> {
+        let w = self.record(last)?;
+        if let Err(e) = self.dir.sync_all() {
+            return Err(self.poison(format!("directory fsync failed: {e}")));
+        }
         Ok(w)
     }
 
-    fn poison(&mut self, why: String) -> AuditError {
+    fn poison(&mut self, why: String) -> LogError {
         self.poisoned = Some(why.clone());
-        AuditError::Poisoned(why)
+        LogError::Poisoned(why)
     }
-}
-
-fn sync_parent_dir(path: &Path) -> io::Result<()> {
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    File::open(parent)?.sync_all()
 }
