@@ -27,8 +27,8 @@ pub mod stage_log;
 pub mod verdict;
 pub mod verify;
 
-pub use record::Event;
 pub use crate::log::LogError as AuditError;
+pub use record::Event;
 
 /// The watchdog's audit log: the chained log of [`Event`]s.
 pub type AuditWriter = crate::log::ChainWriter<Event>;

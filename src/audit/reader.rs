@@ -111,7 +111,7 @@ pub fn parse_line(line: &[u8]) -> Result<Record<'_>, LineError> {
             ),
         ));
     }
-    let event = match Event::parse_data(&wire.kind, wire.data.get()) {
+    let event = match <Event as crate::log::Kind>::parse_data(&wire.kind, wire.data.get()) {
         None => {
             return Err(err(
                 Code::UnknownKind,

@@ -10,17 +10,18 @@
 //! carries the line that first named it, so a reader can tell which names
 //! come from the verified part.
 
+use crate::log::Kind as _;
 use std::collections::BTreeMap;
 use std::io;
 
 use serde::Serialize;
 
-use crate::log::chain;
 use super::reader::{parse_line, read_lines, Piece};
 use super::record::{
     Containment, Event, GroupRemoved, Ident, Proc, Receipt, RunStarted, StagingInventoried, Status,
     StopReason,
 };
+use crate::log::chain;
 use crate::log::MAX_LINE;
 use crate::vocab::bounded;
 

@@ -539,18 +539,18 @@ macro_rules! events {
             }
         }
 
-        impl Event {
-            pub fn kind(&self) -> &'static str {
+        impl crate::log::Kind for Event {
+            const VERSION: u32 = RECORD_VERSION;
+
+            fn kind(&self) -> &'static str {
                 match self { $(Event::$variant(_) => $name,)* }
             }
 
-            /// Serialises `data` alone (the envelope is written around it).
-            pub(crate) fn data(&self) -> EventData<'_> {
+            fn data(&self) -> impl Serialize + '_ {
                 EventData(self)
             }
 
-            /// Typed parse of `data` for `kind`; `None` for an unknown kind.
-            pub(crate) fn parse_data(kind: &str, data: &str) -> Option<serde_json::Result<Event>> {
+            fn parse_data(kind: &str, data: &str) -> Option<serde_json::Result<Event>> {
                 match kind {
                     $($name => Some(serde_json::from_str::<$ty>(data).map(Event::$variant)),)*
                     _ => None,
@@ -558,22 +558,6 @@ macro_rules! events {
             }
         }
     };
-}
-
-impl crate::log::Kind for Event {
-    const VERSION: u32 = RECORD_VERSION;
-
-    fn kind(&self) -> &'static str {
-        Event::kind(self)
-    }
-
-    fn data(&self) -> impl Serialize + '_ {
-        Event::data(self)
-    }
-
-    fn parse_data(kind: &str, data: &str) -> Option<serde_json::Result<Event>> {
-        Event::parse_data(kind, data)
-    }
 }
 
 /// `Event`'s `data` as a value to serialise inside the record envelope.

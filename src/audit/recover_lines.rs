@@ -6,11 +6,11 @@
 
 use serde::Serialize;
 
-use crate::log::chain;
 use super::reader::Wire;
 use super::record::StagingInventoried;
 use super::verdict::Status;
 use crate::holders::HolderScan;
+use crate::log::chain;
 use crate::recover::log::encode;
 use crate::recover::record::{Code, Outcome, RecoveryEvent, VERSION};
 

@@ -24,8 +24,8 @@ use super::record_group::RunIdSeen;
 use super::recover_judge::judge;
 use super::recover_lines::{Check, Judged};
 use super::verdict::{Decision, Status};
-use crate::log::MAX_LINE;
 use crate::holders::HolderScan;
+use crate::log::MAX_LINE;
 use crate::recover::record::{Outcome, RecoveryEvent, KINDS};
 
 pub use super::recover_lines::{Finding, FindingCode, Problem};

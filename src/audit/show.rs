@@ -7,6 +7,7 @@
 use super::people::{self, cut, word};
 use super::reader::{parse_line, read_lines, Piece, Wire};
 use super::record::{AskEnd, Event, HoldersScanned, Ident, JobSpawned, Proc, TempEntry};
+use crate::log::Kind as _;
 use crate::log::MAX_LINE;
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Write};

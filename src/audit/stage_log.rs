@@ -16,8 +16,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::log::chain;
 use super::reader::{open_log, read_lines, OpenError, Piece, Wire};
+use crate::log::chain;
 use crate::log::MAX_LINE;
 use crate::stage::decide::{decide, plan, Code, Facts, Refusal};
 use crate::stage::log::{

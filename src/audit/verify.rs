@@ -6,22 +6,23 @@
 //! hashed as it streams by (the next line's `prev` still needs its hash)
 //! but never buffered whole.
 
+use crate::log::Kind as _;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::log::chain;
 use super::reader::{open_log, parse_line, OpenError};
 use super::record::{Event, Outcome, Receipt, StopReason, RECORD_VERSION};
 use super::replay::Replay;
 use super::rules;
 use super::stage_held;
 use super::verdict::{Code, Reason, Status, Verdict};
-use crate::log::MAX_LINE;
 use crate::bounded::Failure;
 use crate::holders::HolderScan;
 use crate::inventory;
+use crate::log::chain;
+use crate::log::MAX_LINE;
 
 const BOM: &[u8] = b"\xef\xbb\xbf";
 /// Reasons reported per log before the rest are summarised in one line.

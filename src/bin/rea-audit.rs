@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use rea::log::chain::is_digest;
 use rea::audit::people::escape;
 use rea::audit::reconcile::{reconcile, Options as ReconcileOptions, EXIT_ERROR};
 use rea::audit::reconcile_text::human;
@@ -14,6 +13,7 @@ use rea::audit::show::write_timeline;
 use rea::audit::stage_log::{is_stage_log, verify_stage_file};
 use rea::audit::verdict::Status;
 use rea::audit::verify::{verify_file, VerifyOptions};
+use rea::log::chain::is_digest;
 use rea::vocab::is_token;
 
 const EXIT_HELP: &str = "\

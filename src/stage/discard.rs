@@ -23,8 +23,8 @@ use super::{ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};
 use crate::audit::record::HoldersScanned;
 use crate::audit::stage_held;
 use crate::bounded::{self, Blocked, Failure, STAGE_DEADLINE};
-use crate::log::LogError;
 use crate::holders::scan::scan_fds;
+use crate::log::LogError;
 
 /// `rea-stage discard` exit codes (documented in `--help` and the README).
 pub const EXIT_DISCARDED: i32 = 0;
@@ -85,13 +85,13 @@ impl Run {
     fn started(&mut self, stage: &str, id: Option<DirId>, hex: &str) -> Result<(), LogError> {
         self.log
             .record(&StageEvent::Started(DiscardStarted {
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            stage: stage.to_string(),
-            identity: id,
-            receipt_sha256: hex.to_string(),
-            uid: nix::unistd::getuid().as_raw(),
-            pid: std::process::id(),
-        }))
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                stage: stage.to_string(),
+                identity: id,
+                receipt_sha256: hex.to_string(),
+                uid: nix::unistd::getuid().as_raw(),
+                pid: std::process::id(),
+            }))
             .map(|_| ())
     }
 }

@@ -22,10 +22,10 @@ use common::logs::{
     build, prev_of, rechain, replace_once, seq_of, verify, with_prev, with_seq, write_lines,
     BuiltLog, LogOpts, Verified,
 };
-use rea::log::chain;
 use rea::audit::record::{Event, InnerAlarm, RequestReceived, StopReason};
-use rea::log::writer::MAX_LINE;
 use rea::audit::AuditWriter;
+use rea::log::chain;
+use rea::log::writer::MAX_LINE;
 use rea::protocol::Op;
 
 type Lines = Vec<Vec<u8>>;

@@ -3,6 +3,7 @@
 //! and the README's worked example of the chain rule.
 
 use crate::common;
+use rea::log::Kind as _;
 
 use std::collections::BTreeSet;
 use std::path::Path;

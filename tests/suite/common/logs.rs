@@ -14,13 +14,13 @@
 //! The rest of the module is what tamper tests need: the log as lines,
 //! byte-level edits of one line, re-chaining, and running `rea-audit`.
 
+use rea::log::Kind as _;
 use std::fs;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::counted::CountedLog;
-use rea::log::chain;
 use rea::audit::record::Outcome;
 use rea::audit::record::{
     AskSpan, Bounds, DirIdentity, Event, Ident, JobExited, JobSpawned, Link, MappingUncertain,
@@ -30,6 +30,7 @@ use rea::audit::record::{
     TempRootRemoved, Uncertainty,
 };
 use rea::inventory;
+use rea::log::chain;
 use rea::process::identity;
 use rea::protocol::{Capture, Op, RefusalReason};
 use serde_json::Value;
