@@ -92,7 +92,7 @@ pub(crate) fn judge(c: &mut Check, staging: Option<&Path>) -> Judged {
     }
     j.staging = r.staging.as_ref().and_then(|s| s.staging.clone());
     let Some((dline, d)) = r.decided.clone() else {
-        if c.lines > 0 {
+        if c.chain.lines() > 0 {
             let detail = "no recovery_decided record: the recovery did not finish";
             c.push(Problem::NoDecision, None, detail);
         }

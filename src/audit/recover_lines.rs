@@ -6,13 +6,10 @@
 
 use serde::Serialize;
 
-use super::reader::Wire;
 use super::record::StagingInventoried;
 use super::verdict::Status;
 use crate::holders::HolderScan;
-use crate::log::chain;
-use crate::recover::log::encode;
-use crate::recover::record::{Code, Outcome, RecoveryEvent, VERSION};
+use crate::recover::record::{Code, Outcome, RecoveryEvent};
 
 /// Why the log is not an intact recovery log allowing deletion.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +43,33 @@ pub enum Problem {
     HoldersNotScanned,
     /// The stage could not be read within its deadline (a stuck mount).
     StageUnreadable,
+}
+
+impl From<crate::log::Fault> for Problem {
+    /// A fault of the chain rule, as the recovery log's verifier names it
+    /// (every way a line is not a record is `malformed`).
+    fn from(f: crate::log::Fault) -> Problem {
+        use crate::log::Fault as F;
+        match f {
+            F::UnknownKind => Problem::UnknownKind,
+            F::BadVersion => Problem::BadVersion,
+            F::NonCanonical => Problem::NonCanonical,
+            F::SeqMismatch => Problem::SeqMismatch,
+            F::MonoRegressed => Problem::MonoRegressed,
+            F::GenesisMismatch => Problem::GenesisMismatch,
+            F::RunMismatch => Problem::RunMismatch,
+            F::PrevMismatch => Problem::PrevMismatch,
+            F::LineTooLong
+            | F::CarriageReturn
+            | F::InvalidUtf8
+            | F::MalformedJson
+            | F::UnknownField
+            | F::DuplicateKey
+            | F::Float
+            | F::BadField
+            | F::BadTimestamp => Problem::Malformed,
+        }
+    }
 }
 
 impl Problem {
@@ -82,16 +106,26 @@ pub struct Finding {
 #[derive(Default)]
 pub struct Check {
     pub found: Vec<Finding>,
-    pub lines: u64,
-    pub run: Option<String>,
-    pub prev: Option<String>,
-    mono: Option<u64>,
+    /// The chain rule, line by line (lines, run, head).
+    pub chain: crate::log::Chain,
     pub events: Vec<(u64, RecoveryEvent)>,
+}
+
+/// Adds a finding of the log (at most 64 are kept).
+fn push_found(found: &mut Vec<Finding>, code: Problem, line: Option<u64>, detail: String) {
+    if found.len() < 64 {
+        found.push(Finding {
+            code: FindingCode::Log(code),
+            class: code.class(),
+            line,
+            detail,
+        });
+    }
 }
 
 impl Check {
     pub fn push(&mut self, code: Problem, line: Option<u64>, detail: impl Into<String>) {
-        self.push_code(FindingCode::Log(code), code.class(), line, detail);
+        push_found(&mut self.found, code, line, detail.into());
     }
 
     pub fn push_code(
@@ -112,67 +146,16 @@ impl Check {
     }
 
     pub fn line(&mut self, bytes: &[u8]) {
-        self.lines += 1;
-        let n = self.lines;
-        let prev = self.prev.replace(chain::line_hash(bytes));
-        if bytes.contains(&b'\r') || !bytes.starts_with(b"{") {
-            let d = "not a JSON object on one line without CR";
-            return self.push(Problem::Malformed, Some(n), d);
-        }
-        let w: Wire = match serde_json::from_slice(bytes) {
-            Ok(w) => w,
-            Err(e) => return self.push(Problem::Malformed, Some(n), e.to_string()),
+        let found = &mut self.found;
+        let (n, rec) = self.chain.line::<RecoveryEvent>(bytes, &mut |f| {
+            push_found(found, Problem::from(f.fault), Some(f.line), f.detail)
+        });
+        let Some(rec) = rec else {
+            return;
         };
-        let ev = match RecoveryEvent::parse(&w.kind, w.data.get()) {
-            None => {
-                let d = format!("kind {:?}", crate::vocab::bounded(&w.kind));
-                return self.push(Problem::UnknownKind, Some(n), d);
-            }
-            Some(Err(e)) => {
-                let d = format!("{} data: {e}", w.kind);
-                return self.push(Problem::Malformed, Some(n), d);
-            }
-            Some(Ok(ev)) => ev,
-        };
-        if w.v != VERSION {
-            self.push(Problem::BadVersion, Some(n), format!("v is {}", w.v));
-        }
-        let ts_ok = chrono::DateTime::parse_from_rfc3339(&w.ts).is_ok() && w.ts.ends_with('Z');
-        let canon = encode(&w.run, w.seq, &w.ts, w.mono_ns, &w.prev, &ev).is_ok_and(|c| c == bytes);
-        if !canon || !ts_ok || !crate::vocab::is_token(&w.run) {
-            let d = "not byte for byte the writer's encoding of this record";
-            self.push(Problem::NonCanonical, Some(n), d);
-        }
-        if w.seq != n - 1 {
-            let d = format!("seq {} where {} belongs", w.seq, n - 1);
-            self.push(Problem::SeqMismatch, Some(n), d);
-        }
-        if self.mono.is_some_and(|m| w.mono_ns < m) {
-            let d = "mono_ns is before the previous record's";
-            self.push(Problem::MonoRegressed, Some(n), d);
-        }
-        self.mono = Some(w.mono_ns);
-        match (&self.run, prev) {
-            (None, _) => {
-                if w.prev != chain::genesis(&w.run) {
-                    let d = "prev of the first record is not the genesis hash of its run";
-                    self.push(Problem::GenesisMismatch, Some(n), d);
-                }
-                self.run = Some(w.run.to_string());
-            }
-            (Some(run), _) if run.as_str() != w.run => {
-                let d = format!("record of run {} in a log of run {run}", w.run);
-                self.push(Problem::RunMismatch, Some(n), d);
-            }
-            (Some(_), p) if p.as_deref() != Some(w.prev.as_ref()) => {
-                let d = "prev is not the hash of the line before: the chain is broken here";
-                self.push(Problem::PrevMismatch, Some(n), d);
-            }
-            _ => {}
-        }
         // A recovery log holds at most a handful of records.
         if self.events.len() < 64 {
-            self.events.push((n, ev));
+            self.events.push((n, rec.event));
         } else {
             let d = "more records than any recovery writes";
             self.push(Problem::OutOfOrder, Some(n), d);

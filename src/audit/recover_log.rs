@@ -137,9 +137,7 @@ pub fn verify_recovery_reader<R: Read>(
     let tail = read_lines(f, |p| match p {
         Piece::Line(l) => c.line(l),
         Piece::Overlong(len) => {
-            c.lines += 1;
-            c.prev = None;
-            let n = c.lines;
+            let n = c.chain.skipped();
             let d = format!("{len} bytes; the cap is {MAX_LINE}");
             c.push(Problem::Malformed, Some(n), d);
         }
@@ -147,26 +145,26 @@ pub fn verify_recovery_reader<R: Read>(
     match tail {
         Err(e) => c.push(Problem::IoError, None, e.to_string()),
         Ok(Some(t)) => {
-            let line = Some(c.lines + 1);
+            let line = Some(c.chain.lines() + 1);
             let d = format!("{} bytes after the last newline", t.len());
             c.push(Problem::TornLine, line, d);
         }
         Ok(None) => {}
     }
-    if c.lines == 0 && c.found.is_empty() {
+    if c.chain.lines() == 0 && c.found.is_empty() {
         c.push(Problem::EmptyLog, None, "the log is empty");
     }
-    if let (Some(want), Some(run)) = (&opts.expect_run, c.run.clone()) {
+    if let (Some(want), Some(run)) = (&opts.expect_run, c.chain.run().map(str::to_string)) {
         if *want != run {
             let d = format!("log is of run {run}, expected {want}");
             c.push(Problem::ExpectRunMismatch, None, d);
         }
     }
     if let Some(want) = &opts.expect_head {
-        if c.prev.as_deref() != Some(want.as_str()) {
+        if c.chain.head().as_deref() != Some(want.as_str()) {
             let d = format!(
                 "head is {}, pinned {want}",
-                c.prev.as_deref().unwrap_or("(none)")
+                c.chain.head().as_deref().unwrap_or("(none)")
             );
             c.push(Problem::HeadMismatch, None, d);
         }
@@ -215,9 +213,9 @@ fn finish(c: Check, log: String, j: Judged) -> RecoveryVerdict {
         result,
         exit_code: status.exit_code(),
         log,
-        run: c.run,
-        records: c.lines,
-        head: c.prev,
+        run: c.chain.run().map(str::to_string),
+        records: c.chain.lines(),
+        head: c.chain.head(),
         sealed: j.sealed && intact,
         recovered_log: j.recovered_log,
         recovered_run: j.recovered_run,

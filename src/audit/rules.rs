@@ -1,30 +1,10 @@
-//! What a consistent writer always produces, checked line by line (SPEC 5
-//! "Reading"): the line is byte for byte the writer's encoding of the
-//! record it parses to (key spelling, order, no whitespace, no needless
-//! escapes, no array where an object belongs), and every digest is
+//! What the watchdog's writer always produces, beyond the chain rule
+//! ([`crate::log::check`] checks that each line is byte for byte the
+//! writer's encoding of its record): every digest a record carries is
 //! lowercase hex of the right length.
 
-use super::reader::Record;
-use super::record::{Event, RECORD_VERSION};
-use crate::log::writer::{encode, Line};
+use super::record::Event;
 use crate::vocab::is_digest;
-
-/// Whether `line` is exactly what the writer emits for `rec`. `scratch`
-/// is reused between lines (it holds at most one line).
-pub fn is_canonical(line: &[u8], rec: &Record<'_>, scratch: &mut Vec<u8>) -> bool {
-    if rec.v != RECORD_VERSION {
-        return true; // reported as bad_version; nothing to compare with
-    }
-    scratch.clear();
-    let l = Line {
-        run: &rec.run,
-        seq: rec.seq,
-        ts: &rec.ts,
-        mono_ns: rec.mono_ns,
-        prev: &rec.prev,
-    };
-    encode(&l, &rec.event, scratch).is_ok() && scratch.as_slice() == line
-}
 
 /// Every SHA-256 digest a record carries (not `prev`, checked on read).
 pub fn digests(ev: &Event) -> Vec<&str> {

@@ -17,12 +17,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::reader::{open_log, read_lines, OpenError, Piece, Wire};
-use crate::log::chain;
 use crate::log::MAX_LINE;
 use crate::stage::decide::{decide, plan, Code, Facts, Refusal};
-use crate::stage::log::{
-    encode, DiscardDecided, Outcome, Removed, StageEvent, StageInventoried, KINDS, VERSION,
-};
+use crate::stage::log::{DiscardDecided, Outcome, Removed, StageEvent, StageInventoried, KINDS};
 
 /// What a discard log shows; each its own exit code (as for watchdog logs).
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -64,6 +61,33 @@ pub enum Problem {
     NoDecision,
     IoError,
     NotARegularFile,
+}
+
+impl From<crate::log::Fault> for Problem {
+    /// A fault of the chain rule, as the discard log's verifier names it
+    /// (every way a line is not a record is `malformed`).
+    fn from(f: crate::log::Fault) -> Problem {
+        use crate::log::Fault as F;
+        match f {
+            F::UnknownKind => Problem::UnknownKind,
+            F::BadVersion => Problem::BadVersion,
+            F::NonCanonical => Problem::NonCanonical,
+            F::SeqMismatch => Problem::SeqMismatch,
+            F::MonoRegressed => Problem::MonoRegressed,
+            F::GenesisMismatch => Problem::GenesisMismatch,
+            F::RunMismatch => Problem::RunMismatch,
+            F::PrevMismatch => Problem::PrevMismatch,
+            F::LineTooLong
+            | F::CarriageReturn
+            | F::InvalidUtf8
+            | F::MalformedJson
+            | F::UnknownField
+            | F::DuplicateKey
+            | F::Float
+            | F::BadField
+            | F::BadTimestamp => Problem::Malformed,
+        }
+    }
 }
 
 impl Problem {
@@ -132,109 +156,40 @@ pub fn is_stage_start(first: &[u8]) -> bool {
 #[derive(Default)]
 struct Check {
     found: Vec<Finding>,
-    lines: u64,
-    run: Option<String>,
-    prev: Option<String>,
-    mono: Option<u64>,
+    /// The chain rule, line by line (lines, run, head).
+    chain: crate::log::Chain,
     stage: Option<String>,
     events: Vec<(u64, StageEvent)>,
 }
 
+/// Adds a finding (at most 64 are kept).
+fn push_found(found: &mut Vec<Finding>, code: Problem, line: Option<u64>, detail: String) {
+    if found.len() < 64 {
+        found.push(Finding {
+            code,
+            class: code.class(),
+            line,
+            detail,
+        });
+    }
+}
+
 impl Check {
     fn push(&mut self, code: Problem, line: Option<u64>, detail: impl Into<String>) {
-        if self.found.len() < 64 {
-            self.found.push(Finding {
-                code,
-                class: code.class(),
-                line,
-                detail: detail.into(),
-            });
-        }
+        push_found(&mut self.found, code, line, detail.into());
     }
 
     fn line(&mut self, bytes: &[u8]) {
-        self.lines += 1;
-        let n = self.lines;
-        let hash = chain::line_hash(bytes);
-        let prev = self.prev.replace(hash);
-        if bytes.contains(&b'\r') || !bytes.starts_with(b"{") {
-            return self.push(
-                Problem::Malformed,
-                Some(n),
-                "not a JSON object on one line without CR",
-            );
-        }
-        let w: Wire = match serde_json::from_slice(bytes) {
-            Ok(w) => w,
-            Err(e) => return self.push(Problem::Malformed, Some(n), e.to_string()),
+        let found = &mut self.found;
+        let (n, rec) = self.chain.line::<StageEvent>(bytes, &mut |f| {
+            push_found(found, Problem::from(f.fault), Some(f.line), f.detail)
+        });
+        let Some(rec) = rec else {
+            return;
         };
-        let ev = match StageEvent::parse(&w.kind, w.data.get()) {
-            None => {
-                return self.push(
-                    Problem::UnknownKind,
-                    Some(n),
-                    format!("kind {:?}", crate::vocab::bounded(&w.kind)),
-                )
-            }
-            Some(Err(e)) => {
-                return self.push(Problem::Malformed, Some(n), format!("{} data: {e}", w.kind))
-            }
-            Some(Ok(ev)) => ev,
-        };
-        if w.v != VERSION {
-            self.push(Problem::BadVersion, Some(n), format!("v is {}", w.v));
-        }
-        let ts_ok = chrono::DateTime::parse_from_rfc3339(&w.ts).is_ok() && w.ts.ends_with('Z');
-        let canon = encode(&w.run, w.seq, &w.ts, w.mono_ns, &w.prev, &ev).is_ok_and(|c| c == bytes);
-        if !canon || !ts_ok || !crate::vocab::is_token(&w.run) {
-            self.push(
-                Problem::NonCanonical,
-                Some(n),
-                "not byte for byte the writer's encoding of this record",
-            );
-        }
-        if w.seq != n - 1 {
-            self.push(
-                Problem::SeqMismatch,
-                Some(n),
-                format!("seq {} where {} belongs", w.seq, n - 1),
-            );
-        }
-        if self.mono.is_some_and(|m| w.mono_ns < m) {
-            self.push(
-                Problem::MonoRegressed,
-                Some(n),
-                "mono_ns is before the previous record's",
-            );
-        }
-        self.mono = Some(w.mono_ns);
-        match (&self.run, prev) {
-            (None, _) => {
-                if w.prev != chain::genesis(&w.run) {
-                    self.push(
-                        Problem::GenesisMismatch,
-                        Some(n),
-                        "prev of the first record is not the genesis hash of its run",
-                    );
-                }
-                self.run = Some(w.run.to_string());
-            }
-            (Some(run), _) if run.as_str() != w.run => {
-                let d = format!("record of run {} in a log of run {run}", w.run);
-                self.push(Problem::RunMismatch, Some(n), d);
-            }
-            (Some(_), p) if p.as_deref() != Some(w.prev.as_ref()) => {
-                self.push(
-                    Problem::PrevMismatch,
-                    Some(n),
-                    "prev is not the hash of the line before: the chain is broken here",
-                );
-            }
-            _ => {}
-        }
         // A discard log holds a handful of records (at most a few hundred).
         if self.events.len() < 1024 {
-            self.events.push((n, ev));
+            self.events.push((n, rec.event));
         } else {
             self.push(
                 Problem::OutOfOrder,
@@ -279,9 +234,7 @@ pub fn verify_stage_reader<R: Read>(
     let tail = read_lines(f, |p| match p {
         Piece::Line(l) => c.line(l),
         Piece::Overlong(len) => {
-            c.lines += 1;
-            c.prev = None;
-            let n = c.lines;
+            let n = c.chain.skipped();
             c.push(
                 Problem::Malformed,
                 Some(n),
@@ -292,7 +245,7 @@ pub fn verify_stage_reader<R: Read>(
     match tail {
         Err(e) => c.push(Problem::IoError, None, e.to_string()),
         Ok(Some(t)) => {
-            let line = Some(c.lines + 1);
+            let line = Some(c.chain.lines() + 1);
             c.push(
                 Problem::TornLine,
                 line,
@@ -301,10 +254,10 @@ pub fn verify_stage_reader<R: Read>(
         }
         Ok(None) => {}
     }
-    if c.lines == 0 && c.found.is_empty() {
+    if c.chain.lines() == 0 && c.found.is_empty() {
         c.push(Problem::EmptyLog, None, "the log is empty");
     }
-    if let (Some(want), Some(run)) = (expect_run, c.run.clone()) {
+    if let (Some(want), Some(run)) = (expect_run, c.chain.run().map(str::to_string)) {
         if want != run {
             c.push(
                 Problem::ExpectRunMismatch,
@@ -314,10 +267,10 @@ pub fn verify_stage_reader<R: Read>(
         }
     }
     if let Some(want) = expect_head {
-        if c.prev.as_deref() != Some(want) {
+        if c.chain.head().as_deref() != Some(want) {
             let d = format!(
                 "head is {}, pinned {want}",
-                c.prev.as_deref().unwrap_or("(none)")
+                c.chain.head().as_deref().unwrap_or("(none)")
             );
             c.push(Problem::HeadMismatch, None, d);
         }
@@ -365,7 +318,7 @@ fn structure(c: &mut Check) -> Option<DiscardDecided> {
             );
         }
     }
-    if started.is_none() && c.lines > 0 {
+    if started.is_none() && c.chain.lines() > 0 {
         c.push(
             Problem::OutOfOrder,
             Some(1),
@@ -506,9 +459,9 @@ fn finish(c: Check, log: String, decided: Option<DiscardDecided>) -> StageVerdic
         result,
         exit_code: result.exit_code(),
         log,
-        run: c.run,
-        records: c.lines,
-        head: c.prev,
+        run: c.chain.run().map(str::to_string),
+        records: c.chain.lines(),
+        head: c.chain.head(),
         stage: c.stage,
         outcome: decided.as_ref().filter(|_| intact).map(|d| d.outcome),
         refusals: decided

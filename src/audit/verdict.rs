@@ -111,6 +111,32 @@ pub enum Code {
     NotARegularFile,
 }
 
+impl From<crate::log::Fault> for Code {
+    /// A fault of the chain rule, as `verify` names it.
+    fn from(f: crate::log::Fault) -> Code {
+        use crate::log::Fault as F;
+        match f {
+            F::LineTooLong => Code::LineTooLong,
+            F::CarriageReturn => Code::CarriageReturn,
+            F::InvalidUtf8 => Code::InvalidUtf8,
+            F::MalformedJson => Code::MalformedJson,
+            F::UnknownField => Code::UnknownField,
+            F::DuplicateKey => Code::DuplicateKey,
+            F::Float => Code::Float,
+            F::BadField => Code::BadField,
+            F::UnknownKind => Code::UnknownKind,
+            F::BadTimestamp => Code::BadTimestamp,
+            F::BadVersion => Code::BadVersion,
+            F::NonCanonical => Code::NonCanonical,
+            F::SeqMismatch => Code::SeqMismatch,
+            F::MonoRegressed => Code::MonoRegressed,
+            F::GenesisMismatch => Code::GenesisMismatch,
+            F::RunMismatch => Code::RunMismatch,
+            F::PrevMismatch => Code::PrevMismatch,
+        }
+    }
+}
+
 impl Code {
     pub fn class(self) -> Status {
         use Code::*;

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::reader::{open_log, parse_line, OpenError};
-use super::record::{Event, Outcome, Receipt, StopReason, RECORD_VERSION};
+use super::reader::{open_log, OpenError};
+use super::record::{Event, Outcome, Receipt, StopReason};
 use super::replay::Replay;
 use super::rules;
 use super::stage_held;
@@ -21,8 +21,7 @@ use super::verdict::{Code, Reason, Status, Verdict};
 use crate::bounded::Failure;
 use crate::holders::HolderScan;
 use crate::inventory;
-use crate::log::chain;
-use crate::log::MAX_LINE;
+use crate::log::{Chain, MAX_LINE};
 
 const BOM: &[u8] = b"\xef\xbb\xbf";
 /// Reasons reported per log before the rest are summarised in one line.
@@ -111,34 +110,12 @@ impl Reasons {
     }
 }
 
-/// Decodes 64 lowercase hex digits (anything else is not a chain hash).
-fn digest_of(hex: &str) -> Option<[u8; 32]> {
-    if !chain::is_digest(hex) {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    let val = |c: u8| {
-        if c.is_ascii_digit() {
-            c - b'0'
-        } else {
-            c - b'a' + 10
-        }
-    };
-    for (i, pair) in hex.as_bytes().chunks(2).enumerate() {
-        out[i] = (val(pair[0]) << 4) | val(pair[1]);
-    }
-    Some(out)
-}
-
 /// The streaming state of one verification.
 struct Checker {
     rs: Reasons,
-    /// Complete lines seen.
-    lines: u64,
+    /// The chain rule, line by line (lines, run, head).
+    chain: Chain,
     bytes: u64,
-    run: Option<String>,
-    /// Hash of the last complete line (the head so far).
-    prev_hash: Option<[u8; 32]>,
     receipt_line: Option<u64>,
     /// The receipt, while it is the last line seen.
     last_receipt: Option<Receipt>,
@@ -147,27 +124,19 @@ struct Checker {
     overlong: Option<(Sha256, u64)>,
     /// The file starts with a byte order mark: the rest is not looked at.
     bom: bool,
-    /// `mono_ns` of the last record that parsed.
-    mono: Option<u64>,
-    /// The writer's encoding of the current line (reused).
-    scratch: Vec<u8>,
 }
 
 impl Checker {
     fn new() -> Checker {
         Checker {
             rs: Reasons(Vec::new(), 0),
-            lines: 0,
+            chain: Chain::default(),
             bytes: 0,
-            run: None,
-            prev_hash: None,
             receipt_line: None,
             last_receipt: None,
             replay: Replay::default(),
             overlong: None,
             bom: false,
-            mono: None,
-            scratch: Vec::new(),
         }
     }
 
@@ -217,113 +186,57 @@ impl Checker {
     }
 
     fn overlong_line(&mut self, len: u64, hash: [u8; 32]) {
-        self.lines += 1;
+        let n = self.chain.overlong(hash);
         self.last_receipt = None;
         self.rs.push(
             Code::LineTooLong,
-            Some(self.lines),
+            Some(n),
             format!("{len} bytes; the cap is {MAX_LINE}"),
         );
-        self.prev_hash = Some(hash);
     }
 
-    /// Per-line checks: parse, version, sequence, run, chain, receipt position.
+    /// Per-line checks: the chain rule ([`Chain::line`]), then this log's
+    /// own: digests, the first record, the receipt's position.
     fn line(&mut self, line: &[u8]) {
-        self.lines += 1;
-        let n = self.lines;
-        let i = n - 1;
-        let hash: [u8; 32] = Sha256::digest(line).into();
         self.last_receipt = None;
         let rs = &mut self.rs;
-        match parse_line(line) {
-            Err(e) => rs.push(e.code, Some(n), e.detail),
-            Ok(rec) => {
-                if !rules::is_canonical(line, &rec, &mut self.scratch) {
-                    rs.push(
-                        Code::NonCanonical,
-                        Some(n),
-                        "not byte for byte the writer's encoding of this record (spacing, key spelling or order, escapes, an array for an object)",
-                    );
-                }
-                if let Some(d) = rules::bad_digest(&rec.event) {
-                    rs.push(
-                        Code::BadDigest,
-                        Some(n),
-                        format!("digest {d:?} is not 64 lowercase hex digits"),
-                    );
-                }
-                if self.mono.is_some_and(|m| rec.mono_ns < m) {
-                    rs.push(
-                        Code::MonoRegressed,
-                        Some(n),
-                        format!(
-                            "mono_ns {} is before the previous record's {}",
-                            rec.mono_ns,
-                            self.mono.unwrap_or_default()
-                        ),
-                    );
-                }
-                self.mono = Some(rec.mono_ns);
-                if rec.v != RECORD_VERSION {
-                    rs.push(Code::BadVersion, Some(n), format!("v is {}", rec.v));
-                }
-                if rec.seq != i {
-                    rs.push(
-                        Code::SeqMismatch,
-                        Some(n),
-                        format!("seq {} where {i} belongs", rec.seq),
-                    );
-                }
-                let run = self.run.get_or_insert_with(|| rec.run.to_string());
-                let prev = digest_of(&rec.prev);
-                if i == 0 {
-                    if rec.prev != chain::genesis(&rec.run) {
-                        rs.push(
-                            Code::GenesisMismatch,
-                            Some(n),
-                            "prev of the first record is not the genesis hash of its run",
-                        );
-                    }
-                    if !matches!(rec.event, Event::RunStarted(_)) {
-                        rs.push(
-                            Code::FirstNotRunStarted,
-                            Some(n),
-                            format!("first record is {}", rec.event.kind()),
-                        );
-                    }
-                } else if rec.run != run.as_str() {
-                    rs.push(
-                        Code::RunMismatch,
-                        Some(n),
-                        format!("record of run {} in a log of run {run}", rec.run),
-                    );
-                } else if prev.is_none() || prev != self.prev_hash {
-                    rs.push(
-                        Code::PrevMismatch,
-                        Some(n),
-                        "prev is not the hash of the line before: the chain is broken here",
-                    );
-                }
-                match (self.receipt_line, rec.event) {
-                    (Some(r), Event::Receipt(_)) => rs.push(
-                        Code::DuplicateReceipt,
-                        Some(n),
-                        format!("a second receipt (the first is on line {r})"),
-                    ),
-                    (Some(r), ev) => rs.push(
-                        Code::RecordAfterReceipt,
-                        Some(n),
-                        format!("{} after the receipt on line {r}", ev.kind()),
-                    ),
-                    (None, Event::Receipt(rc)) => {
-                        self.receipt_line = Some(n);
-                        self.last_receipt = Some(rc);
-                    }
-                    (None, ev) => self.replay.record(ev, n),
-                }
-            }
+        let (n, rec) = self.chain.line::<Event>(line, &mut |f| {
+            rs.push(Code::from(f.fault), Some(f.line), f.detail)
+        });
+        let Some(rec) = rec else {
+            return;
+        };
+        if let Some(d) = rules::bad_digest(&rec.event) {
+            rs.push(
+                Code::BadDigest,
+                Some(n),
+                format!("digest {d:?} is not 64 lowercase hex digits"),
+            );
         }
-        self.prev_hash = Some(hash);
+        if n == 1 && !matches!(rec.event, Event::RunStarted(_)) {
+            rs.push(
+                Code::FirstNotRunStarted,
+                Some(n),
+                format!("first record is {}", rec.event.kind()),
+            );
+        }
+        match (self.receipt_line, rec.event) {
+            (Some(r), Event::Receipt(_)) => rs.push(
+                Code::DuplicateReceipt,
+                Some(n),
+                format!("a second receipt (the first is on line {r})"),
+            ),
+            (Some(r), ev) => rs.push(
+                Code::RecordAfterReceipt,
+                Some(n),
+                format!("{} after the receipt on line {r}", ev.kind()),
+            ),
+            (None, Event::Receipt(rc)) => {
+                self.receipt_line = Some(n);
+                self.last_receipt = Some(rc);
+            }
+            (None, ev) => self.replay.record(ev, n),
+        }
     }
 
     fn finish(mut self, tail: &[u8], name: &str, opts: &VerifyOptions) -> Verdict {
@@ -344,7 +257,7 @@ impl Checker {
         }
         let has_receipt = self.receipt_line.is_some();
         if tail_len > 0 {
-            let line = Some(self.lines + 1);
+            let line = Some(self.chain.lines() + 1);
             if has_receipt {
                 // The watchdog writes nothing after its receipt, so these bytes
                 // are not a write it failed to finish: someone else appended them.
@@ -363,9 +276,9 @@ impl Checker {
                 );
             }
         }
-        v.records = self.lines;
-        v.head = self.prev_hash.map(|h| chain::hex(&h));
-        v.run = self.run.clone();
+        v.records = self.chain.lines();
+        v.head = self.chain.head();
+        v.run = self.chain.run().map(str::to_string);
 
         if let (Some(want), Some(run)) = (&opts.expect_run, &v.run) {
             if want != run {

@@ -1,5 +1,6 @@
 //! The chained log, whatever its records: the chain rule, the record
-//! envelope, and the one writer (docs/audit-log.md).
+//! envelope, the one writer, the strict reader and the line-by-line check
+//! (docs/audit-log.md).
 //!
 //! Three logs are written this way: the watchdog's audit log
 //! ([`crate::audit::record::Event`]), `rea-stage discard`'s log
@@ -13,8 +14,12 @@
 //! stage or recover modules.
 
 pub mod chain;
+pub mod check;
+pub mod read;
 pub mod writer;
 
+pub use check::{Chain, Found};
+pub use read::{Fault, Record};
 pub use writer::{ChainWriter, LogError, Written, MAX_LINE};
 
 /// The records of one log kind: what the writer needs to put a record in

@@ -8,28 +8,6 @@ use serde::Serialize;
 
 use super::record::{RecoveryEvent, VERSION};
 
-/// The exact line bytes (no `\n`) of a record: the one encoding the writer
-/// produces and the verifier compares against.
-pub fn encode(
-    run: &str,
-    seq: u64,
-    ts: &str,
-    mono_ns: u64,
-    prev: &str,
-    ev: &RecoveryEvent,
-) -> serde_json::Result<Vec<u8>> {
-    let line = crate::log::writer::Line {
-        run,
-        seq,
-        ts,
-        mono_ns,
-        prev,
-    };
-    let mut out = Vec::new();
-    crate::log::writer::encode(&line, ev, &mut out)?;
-    Ok(out)
-}
-
 impl crate::log::Kind for RecoveryEvent {
     const VERSION: u32 = VERSION;
 

@@ -145,28 +145,6 @@ impl Serialize for StageEvent {
     }
 }
 
-/// The exact line bytes (no `\n`) for a record: the one encoding the writer
-/// produces and the verifier compares against.
-pub fn encode(
-    run: &str,
-    seq: u64,
-    ts: &str,
-    mono_ns: u64,
-    prev: &str,
-    ev: &StageEvent,
-) -> serde_json::Result<Vec<u8>> {
-    let line = crate::log::writer::Line {
-        run,
-        seq,
-        ts,
-        mono_ns,
-        prev,
-    };
-    let mut out = Vec::new();
-    crate::log::writer::encode(&line, ev, &mut out)?;
-    Ok(out)
-}
-
 impl crate::log::Kind for StageEvent {
     const VERSION: u32 = VERSION;
 
