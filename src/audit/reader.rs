@@ -29,8 +29,8 @@ pub struct Record<'a> {
     pub event: Event,
 }
 
-/// One record line as read (SPEC 4), its `data` not yet typed: the
-/// watchdog's log and the discard log share this envelope.
+/// One record line as read (docs/audit-log.md), its `data` not yet
+/// typed: the watchdog's log and the discard log share this envelope.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Wire<'a> {
@@ -167,10 +167,10 @@ impl std::fmt::Display for OpenError {
     }
 }
 
-/// Opens a log the one way every command reads one (SPEC 5 "Reading"):
-/// `O_NONBLOCK` (a FIFO cannot block the open), then `fstat` before a byte
-/// is read; anything but a regular file (`/dev/zero`, a FIFO, a directory)
-/// is refused at once.
+/// Opens a log the one way every command reads one (docs/audit-log.md,
+/// "Reading a log strictly"): `O_NONBLOCK` (a FIFO cannot block the open),
+/// then `fstat` before a byte is read; anything but a regular file
+/// (`/dev/zero`, a FIFO, a directory) is refused at once.
 pub fn open_log(path: &Path) -> Result<File, OpenError> {
     let f = std::fs::OpenOptions::new()
         .read(true)

@@ -1,8 +1,8 @@
-//! What a consistent writer always produces, checked line by line (SPEC 5
-//! "Reading"): the line is byte for byte the writer's encoding of the
-//! record it parses to (key spelling, order, no whitespace, no needless
-//! escapes, no array where an object belongs), and every digest is
-//! lowercase hex of the right length.
+//! What a consistent writer always produces, checked line by line
+//! (docs/audit-log.md, "Reading a log strictly"): the line is byte for
+//! byte the writer's encoding of the record it parses to (key spelling,
+//! order, no whitespace, no needless escapes, no array where an object
+//! belongs), and every digest is lowercase hex of the right length.
 
 use super::reader::Record;
 use super::record::{Event, RECORD_VERSION};

@@ -44,7 +44,7 @@ impl std::fmt::Display for AuditError {
 
 impl std::error::Error for AuditError {}
 
-/// One record line as written (SPEC 4), whatever its `data`: the watchdog's
+/// One record line as written (docs/audit-log.md), whatever its `data`: the watchdog's
 /// records and `rea-stage`'s discard log share this envelope and its key order.
 #[derive(Serialize)]
 pub(crate) struct Envelope<'a, D: Serialize> {

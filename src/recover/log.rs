@@ -1,4 +1,4 @@
-//! The recovery log's writer: the chain rule of SPEC 4 exactly (the shared
+//! The recovery log's writer: the chain rule of docs/audit-log.md exactly (the shared
 //! envelope `v, run, seq, ts, mono_ns, kind, prev, data`, the genesis and
 //! line hash of [`crate::audit::chain`]), with the kinds of
 //! [`super::record`], as the discard log does it (`crate::stage::log`).

@@ -1,4 +1,4 @@
-//! The discard's own audit log: the chain rule of SPEC 4 exactly (the same
+//! The discard's own audit log: the chain rule of docs/audit-log.md exactly (the same
 //! envelope `v, run, seq, ts, mono_ns, kind, prev, data`, the same genesis
 //! and line hash from [`crate::audit::chain`]), with kinds of its own.
 //!
