@@ -1,4 +1,4 @@
-//! The request FIFO's and reply FIFOs' wire format (SPEC 3.3).
+//! The request FIFO's and reply FIFOs' wire format (docs/requests.md).
 //!
 //! A request is one RFC 7464 text, RS, one JSON object, LF, of at most
 //! [`MAX_REQUEST`] bytes in all, so concurrent writers never interleave
@@ -24,7 +24,7 @@ pub const MAX_REQUEST: usize = 4096;
 /// RFC 7464's record separator: the first byte of every request text.
 pub const RS: u8 = 0x1e;
 
-/// One request as a writer sends it (SPEC 3.3): RS, the JSON, LF. Written
+/// One request as a writer sends it (docs/requests.md): RS, the JSON, LF. Written
 /// with one `write` of at most [`MAX_REQUEST`] bytes, it never interleaves
 /// with another writer's.
 pub fn frame(json: &[u8]) -> Vec<u8> {
@@ -94,10 +94,10 @@ pub struct SpawnSpec {
     pub deadline_ms: u64,
     pub capture: Capture,
     pub name: Option<String>,
-    /// The runtime's own alarm (SPEC 3.3): SIGALRM to the leader this many
+    /// The runtime's own alarm (docs/requests.md): SIGALRM to the leader this many
     /// ms after spawn, through its pidfd; below `deadline_ms`; not a stop.
     pub inner_alarm_ms: Option<u64>,
-    /// What the leader is asked to stop with (SPEC 3.5 step 3); TERM when
+    /// What the leader is asked to stop with (docs/stop.md); TERM when
     /// the request did not say.
     pub stop_signal: StopSignal,
 }

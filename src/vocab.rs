@@ -84,7 +84,7 @@ pub enum Stream {
     Stderr,
 }
 
-/// Why an action stopped (SPEC 3.5); also the receipt's `stop_reason`.
+/// Why an action stopped (docs/stop.md); also the receipt's `stop_reason`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
@@ -100,7 +100,7 @@ pub enum StopReason {
     AuditFailure,
     /// SIGHUP to the watchdog: an SSH or terminal hangup. The controller's
     /// channel is gone, which neither proves it dead nor lets it clean up:
-    /// the stop runs as usual, the verdict is retain (SPEC 3.5, 5).
+    /// the stop runs as usual, the verdict is retain (docs/stop.md, docs/verdict.md).
     Hangup,
 }
 
@@ -132,7 +132,7 @@ pub enum Outcome {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
-    /// Ask first (SPEC 3.5 step 3): only running jobs' leaders, each with
+    /// Ask first (docs/stop.md): only running jobs' leaders, each with
     /// its own stop signal (and SIGCONT), so the runtime can shut its own
     /// tree down.
     Ask,
@@ -140,7 +140,7 @@ pub enum Stage {
     Kill,
 }
 
-/// Why the ask step ended (SPEC 3.5 step 3).
+/// Why the ask step ended (docs/stop.md).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum AskEnd {
@@ -156,14 +156,14 @@ pub enum AskEnd {
     AskFailed,
 }
 
-/// How long a stop's ask step (SPEC 3.5 step 3) lasts, and what follows
+/// How long a stop's ask step (docs/stop.md) lasts, and what follows
 /// it. Recorded in `run_started`'s bounds (absent means `HalfGrace`).
 /// timeout's two spans are for a time-out (a `deadline` stop); any other
 /// stop (a signal, a hangup, an audit failure) asks for half the grace.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum AskSpan {
-    /// SPEC 3.5: until every leader asked has exited or half the TERM
+    /// docs/stop.md: until every leader asked has exited or half the TERM
     /// grace has passed; then TERM to every descendant still alive.
     #[default]
     HalfGrace,
@@ -247,8 +247,8 @@ impl<'de> Deserialize<'de> for Sig {
     }
 }
 
-/// What a job's leader is asked to stop with (SPEC 3.3 `stop_signal`,
-/// 3.5 step 3), spelled as in requests: `TERM` (the default), `INT`,
+/// What a job's leader is asked to stop with (docs/requests.md `stop_signal`,
+/// docs/stop.md), spelled as in requests: `TERM` (the default), `INT`,
 /// `HUP`, `QUIT`, `USR1`, `USR2`, `ALRM` (timeout's `-s ALRM`, as in a
 /// cascade of timeouts). Never KILL or STOP: asking is a request the
 /// runtime can act on.

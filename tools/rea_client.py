@@ -440,7 +440,7 @@ class Client:
         return req
 
     def _send(self, req: JSONObject) -> "_Channel":
-        # RFC 7464 framing (SPEC 3.3): RS, one JSON text, LF. RS always starts
+        # RFC 7464 framing (docs/requests.md): RS, one JSON text, LF. RS always starts
         # a new text, so a fragment left by a writer that died cannot
         # swallow this request.
         line = b"\x1e" + json.dumps(req, separators=(",", ":")).encode() + b"\n"
@@ -883,11 +883,12 @@ def _rea_audit(binary: Optional[StrPath], sub: str, audit_log: StrPath, args: li
 
 
 def may_delete(receipt: Optional[Receipt], verdict: Optional[Verdict]) -> bool:
-    """The controller's deletion rule (SPEC 7, first row): the watchdog's
-    own waited exit status is 0 *and* `verify` says delete_allowed. Either
-    alone is not enough: a verdict read from a log says nothing about a
-    watchdog that is still running or died after sealing, and an exit
-    status says nothing about the stage the controller is about to delete."""
+    """The controller's deletion rule (the first of the README's six
+    outcomes): the watchdog's own waited exit status is 0 *and* `verify`
+    says delete_allowed. Either alone is not enough: a verdict read from a
+    log says nothing about a watchdog that is still running or died after
+    sealing, and an exit status says nothing about the stage the
+    controller is about to delete."""
     return (receipt is not None and receipt.exit_code == 0 and verdict is not None
             and verdict.delete_allowed)
 

@@ -51,9 +51,9 @@ Scenarios (default: success), and the verdict each must reach:
                    a person), staging kept
 
 The staging directory is deleted only when the watchdog's own waited exit
-status is 0 *and* `rea-audit verify` says delete_allowed (SPEC 7's first
-row; rea_client.may_delete), or, before any exec, when `rea-stage discard`
-removed it itself.
+status is 0 *and* `rea-audit verify` says delete_allowed (the first of
+the README's six outcomes; rea_client.may_delete), or, before any exec,
+when `rea-stage discard` removed it itself.
 
 Exit status: 0 when the scenario reached its expected verdict (and the
 staging directory was deleted exactly when the verdict allows it); 1 when it
@@ -524,7 +524,7 @@ def run_tool(cmd, timeout=120):
 
 
 def scenario_upload_failed(args, binaries, work, report, later):
-    """Upload failure proven before any exec (SPEC 7.1): begin, a partial
+    """Upload failure proven before any exec (docs/stage.md): begin, a partial
     upload, then a conditional discard that removes only an untouched stage."""
     staging = os.path.join(work, "staging")
     cmd = [binaries[2], "begin", staging]
@@ -606,7 +606,7 @@ while True:
 
 
 def scenario_response_lost(args, binaries, work, staging, report, later, watchdog_too):
-    """The remote exec started but its response was lost (SPEC 7.2): the
+    """The remote exec started but its response was lost (docs/containment.md): the
     process holding the phase's reply channel is killed, the watchdog runs
     on. No retry, no cleanup: a fresh controller reconciles first."""
     plan = Plan(args, binaries[0])

@@ -1,4 +1,5 @@
-//! The hash-chained, append-only audit log (SPEC 4) and its verifier (SPEC 5).
+//! The hash-chained, append-only audit log (docs/audit-log.md) and its
+//! verifier (docs/verdict.md).
 
 pub mod checked;
 pub mod passes;

@@ -1,4 +1,4 @@
-//! `rea-audit reconcile LOG [--state-dir DIR] [--staging DIR]` (SPEC 7.2):
+//! `rea-audit reconcile LOG [--state-dir DIR] [--staging DIR]` (docs/containment.md):
 //! after an unhappy path (the watchdog lost, the SSH response lost, a log
 //! that is not sealed), what is known, what may still be alive, and what a
 //! person must check. One outcome: `delete_allowed`, `running` or `review`.
@@ -47,7 +47,7 @@ pub enum Outcome {
     DeleteAllowed,
     /// The watchdog is alive and the log not sealed: wait, or ask it to
     /// close. Or the action's cgroup still has live members: with the
-    /// watchdog gone, `rea-watchdog recover` ends them (SPEC 8).
+    /// watchdog gone, `rea-watchdog recover` ends them (docs/containment.md).
     Running,
     /// Anything else: each reason is named with what to check.
     Review,

@@ -1,6 +1,6 @@
 //! The environment scan of `rea-audit reconcile`: live processes whose
 //! environment carries `REA_RUN_ID=<run>`. Every job process of a run
-//! inherits that variable (SPEC 3.4), so after a lost watchdog this finds
+//! inherits that variable (docs/architecture.md), so after a lost watchdog this finds
 //! descendants no record ever named (a setsid grandchild). A hint, never a
 //! proof: a process can change or drop its environment, and another can
 //! forge it. Read-only: `/proc/PID/environ`, `stat`, `status`, `cmdline`.

@@ -1,4 +1,4 @@
-//! The containment half of `rea-audit reconcile` (SPEC 8): when the log's
+//! The containment half of `rea-audit reconcile` (docs/containment.md): when the log's
 //! `containment` record names the action's cgroup, the group is looked up
 //! again by its recorded path and inode and its members are listed with
 //! pid, start time, comm and whether they run ([`crate::contain::census`],
@@ -205,7 +205,7 @@ fn shell_word(s: &str) -> String {
     }
 }
 
-/// The operator's recovery command for this log (SPEC 8):
+/// The operator's recovery command for this log (docs/containment.md):
 /// `rea-watchdog recover LOG --audit-log NEW [--staging DIR]`, with `NEW`
 /// left for the operator (a file that does not exist, outside the stage).
 pub fn recover_command(log: &Path, staging: Option<&str>) -> String {

@@ -1,4 +1,4 @@
-//! The log half of `rea-audit reconcile` (SPEC 7.2): one bounded pass over
+//! The log half of `rea-audit reconcile` (docs/containment.md): one bounded pass over
 //! the complete lines of a log that may be sealed, unsealed or still
 //! growing, collecting how far the chain holds and every process the
 //! records name.

@@ -83,13 +83,13 @@ pub struct RunStarted {
     pub handover: Option<Handover>,
 }
 
-/// How exec's job meets its caller (SPEC 3.7 rev 2): by default it is the
+/// How exec's job meets its caller (docs/cli.md): by default it is the
 /// caller's command (environment, stdin, stdout, stderr and ignored
 /// signals handed on); `--env minimal` and `--capture` give run's way.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Handover {
-    /// The caller's environment (plus REA_*), not the job environment of 3.4.
+    /// The caller's environment (plus REA_*), not run's minimal job environment.
     pub env_inherited: bool,
     /// stdin, stdout and stderr are the caller's own descriptors (no relay,
     /// no output accounting or cap).
@@ -145,7 +145,7 @@ pub struct RequestReceived {
 /// Refusals that could not be answered (no usable reply channel: garbage,
 /// oversize texts, fragments), coalesced into one record per burst, so a
 /// flood of bad lines costs one record, not two synced ones per line
-/// (SPEC 3.10). Each stands for `count` requests received and refused.
+/// (docs/requests.md). Each stands for `count` requests received and refused.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct RequestsRefused {
@@ -203,7 +203,7 @@ pub struct JobSpawned {
     pub deadline_ms: Option<u64>,
     pub capture: Capture,
     /// What the leader is asked to stop with when the action stops (the
-    /// ask step, SPEC 3.5 step 3).
+    /// ask step, docs/stop.md).
     pub stop_signal: Sig,
 }
 
@@ -266,8 +266,8 @@ pub struct SignalSweep {
     pub targets: Vec<Proc>,
     pub others: Vec<Link>,
     /// The targets (by pid) that were seen stopped when bound and got
-    /// SIGCONT after `signals` (*rev 2*: a TERM sweep no longer sends
-    /// SIGCONT to every target). Absent when none did.
+    /// SIGCONT after `signals` (a TERM sweep sends SIGCONT to no other
+    /// target). Absent when none did.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cont: Vec<i32>,
 }
@@ -283,7 +283,7 @@ pub struct AskEnded {
     pub leaders_left: u64,
 }
 
-/// A job's inner alarm went off (SPEC 3.3): SIGALRM to its leader through
+/// A job's inner alarm went off (docs/requests.md): SIGALRM to its leader through
 /// the leader's pidfd, `after_ms` after the spawn. The runtime's own alarm,
 /// not a stop trigger; `errno` is set when the signal could not be sent.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -296,7 +296,7 @@ pub struct InnerAlarm {
     pub errno: Option<i32>,
 }
 
-/// A signal to the watchdog that is not a stop (SPEC 3.7 rev 2): under
+/// A signal to the watchdog that is not a stop (docs/guarantees.md): under
 /// exec forwarded to the job's leader, under run ignored unless
 /// `--forward-signals`. `count` is how many deliveries the record stands
 /// for: the first of a burst is recorded before it is passed on, and those
@@ -366,11 +366,11 @@ pub struct StopCompleted {
     pub foreign: Option<u64>,
 }
 
-/// The quiescence rule (SPEC 3.5 step 4, 3.6), for the writer and the
-/// replay alike: "no live or waitable descendant" holds only when `waitid`
-/// said ECHILD *and* a `/proc` scan that did not fail found no descendant.
-/// Either alone is not enough: ECHILD misses a process reparented away
-/// mid-exit, a scan misses one forked while it ran.
+/// The quiescence rule (docs/stop.md, "The proof of quiescence"), for the
+/// writer and the replay alike: "no live or waitable descendant" holds only
+/// when `waitid` said ECHILD *and* a `/proc` scan that did not fail found no
+/// descendant. Either alone is not enough: ECHILD misses a process reparented
+/// away mid-exit, a scan misses one forked while it ran.
 pub fn no_live_or_waitable(echild: bool, scan_empty: bool) -> bool {
     echild && scan_empty
 }
@@ -427,7 +427,7 @@ pub struct StagingInventoried {
     pub unreadable: Option<String>,
 }
 
-/// The holder scan at close (README "Nothing holds the stage"): the stage
+/// The holder scan at close (docs/stage.md, "The holder scan"): the stage
 /// and the temp root, after quiescence was proven and before the temp root
 /// is removed (a held temp root is kept). Informative for the stage:
 /// `rea-audit verify --staging` scans it again, at the moment that matters.
@@ -441,7 +441,7 @@ pub enum HoldersScanned {
     },
 }
 
-/// A stage made by `rea-stage begin` was armed (SPEC 7.1): the watchdog
+/// A stage made by `rea-stage begin` was armed (docs/stage.md): the watchdog
 /// created `marker` in it exclusively, before its first spawn, so
 /// `rea-stage discard` refuses it from then on.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

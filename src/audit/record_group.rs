@@ -1,4 +1,4 @@
-//! Containment records (SPEC 8): what the action runs in, the group's
+//! Containment records (docs/containment.md): what the action runs in, the group's
 //! `cgroup.kill`, its removal at close, and a member that is not the
 //! action's. Additive kinds: a log without
 //! them is a `none` log as before.

@@ -1,6 +1,6 @@
 //! The second half of verifying a recovery log: the records' order, the
 //! decision run again on the recorded facts ([`crate::recover::rule`]),
-//! and the stage against `--staging` (the rules of SPEC 5 for a
+//! and the stage against `--staging` (the rules of docs/verdict.md for a
 //! watchdog's log: the stage LOG recorded, inventoried, and unchanged).
 
 use std::path::Path;
@@ -252,10 +252,10 @@ struct StageRule<'a> {
     given: Option<&'a Path>,
 }
 
-/// SPEC 5's stage rules, for a recovery: the stage inventoried must be
-/// the one LOG recorded; `--staging` must be it, unchanged since; a stage
-/// inventoried and not checked is not cleared. The stage given, when it
-/// is the one inventoried (changed or not), is scanned for holders.
+/// The verdict's stage rules (docs/verdict.md), for a recovery: the stage
+/// inventoried must be the one LOG recorded; `--staging` must be it, unchanged
+/// since; a stage inventoried and not checked is not cleared. The stage given,
+/// when it is the one inventoried (changed or not), is scanned for holders.
 fn compare_stage(rule: &StageRule<'_>) -> (Vec<(Problem, String)>, Option<HolderScan>) {
     let mut holders = None;
     let mut out = Vec::new();

@@ -1,4 +1,4 @@
-//! `rea-audit verify` for a recovery log (`rea-watchdog recover`, SPEC 8).
+//! `rea-audit verify` for a recovery log (`rea-watchdog recover`, docs/containment.md).
 //!
 //! Detected by its first record's kind ([`is_recovery_log`]). The same
 //! strictness as for the other logs: lines read bounded by the cap, no

@@ -126,7 +126,7 @@ pub struct Replay {
     /// Jobs spawned and not yet exited (job numbers only grow): leader pid,
     /// start time, stop signal.
     open: HashMap<u64, (i32, u64, Sig)>,
-    /// Where the stop's ask step is (SPEC 3.5 step 3).
+    /// Where the stop's ask step is (docs/stop.md).
     ask: AskSeen,
     last_job: Option<u64>,
     first_stop: Option<StopReason>,
@@ -144,7 +144,7 @@ pub struct Replay {
     /// A `stop_triggered` for `hangup` was recorded (first or later).
     pub hangup_seen: bool,
     sweep: Sweep,
-    /// The containment records (SPEC 8).
+    /// The containment records (docs/containment.md).
     group: GroupSeen,
     out: Vec<Reason>,
     dropped: u64,

@@ -1,4 +1,4 @@
-//! The replay's rule for how a stop's ask may end (SPEC 3.5 step 3, and
+//! The replay's rule for how a stop's ask may end (docs/stop.md, and
 //! timeout's spans): beside `replay.rs`, which calls it on `ask_ended`.
 
 use super::people::word;

@@ -1,4 +1,4 @@
-//! The replay's containment rules (SPEC 8): what the records of a
+//! The replay's containment rules (docs/containment.md): what the records of a
 //! cgroup-mode action must agree on.
 //!
 //! - `containment` is the third record, once; its `group` is set exactly
@@ -9,7 +9,7 @@
 //!   quiescence in cgroup mode needs it with `populated` false (the kernel's
 //!   half of the proof).
 //!
-//! A log without a `containment` record is a log from before SPEC 8 (or a
+//! A log without a `containment` record is a log from before containment (or a
 //! `none` run written by it): none of the group records may appear in it.
 
 use super::record::{ContainMode, Containment, GroupIdentity, Receipt};

@@ -3,7 +3,7 @@
 //! retain (`stage_held`), each named; a stage that cannot be scanned means
 //! retain too (`holders_not_scanned`). A process the scan cannot read is
 //! named in the verdict but does not decide it: what a verifier may read
-//! is its privilege, like the PID namespaces it cannot see (README).
+//! is its privilege, like the PID namespaces it cannot see (docs/guarantees.md).
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! `rea-audit verify` for a discard log (`rea-stage discard`, SPEC 7.1).
+//! `rea-audit verify` for a discard log (`rea-stage discard`, docs/stage.md).
 //!
 //! Detected by its first record's kind ([`is_stage_log`]); the watchdog's
 //! logs never reach this module. The same strictness as for those: lines
@@ -420,7 +420,7 @@ fn structure(c: &mut Check) -> Option<DiscardDecided> {
                         .into(),
                 );
             }
-            // The rule accepted the stage, and the interlock (SPEC 7.1:
+            // The rule accepted the stage, and the interlock (docs/stage.md:
             // `.rea-discarding` created, then `.rea-exec-started` looked
             // for) stopped it before the approval: one reason, of those.
             let interlock = |r: &[Refusal]| {

@@ -1,4 +1,4 @@
-//! What `rea-audit verify` concludes, and why (SPEC 5).
+//! What `rea-audit verify` concludes, and why (docs/verdict.md).
 
 use serde::Serialize;
 
@@ -29,7 +29,7 @@ pub enum Status {
 }
 
 impl Status {
-    /// `rea-audit verify` exit codes (documented in the README and `--help`).
+    /// `rea-audit verify` exit codes (documented in docs/verdict.md and `--help`).
     pub fn exit_code(self) -> i32 {
         match self {
             Status::DeleteAllowed => 0,
@@ -69,7 +69,7 @@ pub enum Code {
     HeadMismatch,
     ExpectRunMismatch,
     ReplayMismatch,
-    // What a consistent writer always produces (SPEC 5 "Reading").
+    // What a consistent writer always produces (docs/verdict.md).
     NonCanonical,
     MonoRegressed,
     BadDigest,

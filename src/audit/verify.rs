@@ -338,7 +338,7 @@ fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
     hay.iter().position(|&b| b == needle)
 }
 
-/// The verdict table (SPEC 5) for an intact, sealed log; the holder scan
+/// The verdict table (docs/verdict.md) for an intact, sealed log; the holder scan
 /// of `--staging`, when the stage given is the one sealed, unchanged.
 fn judge(
     replay: &Replay,
@@ -477,7 +477,7 @@ fn judge(
                 rs.push(Code::StagingMismatch, None, format!("cannot inventory {}: {e}", path.display()))
             }
         },
-        // rev 2: closed or stopped alike, a recorded stage is checked or kept.
+        // Closed or stopped alike, a recorded stage is checked or kept.
         (None, Some(_)) => rs.push(
             Code::StagingNotChecked,
             None,

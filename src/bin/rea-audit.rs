@@ -117,7 +117,7 @@ Exit codes (holders):
     version,
     about = "Verify a rea audit log and decide whether the staging directory may be deleted",
     long_about = "Verify a rea audit log (SHA-256 hash chain, sequence, receipt, replay) and \
-derive the verdict of SPEC 5: delete_allowed or retain. rea-audit never deletes anything.",
+derive the verdict: delete_allowed or retain. rea-audit never deletes anything.",
     after_help = EXIT_HELP,
     args_conflicts_with_subcommands = true,
     arg_required_else_help = true
@@ -155,7 +155,7 @@ enum Cmd {
         json: bool,
     },
     /// Say what is known and what may still be alive after an unhappy path
-    /// (read-only; SPEC 7.2): delete_allowed, running or review.
+    /// (read-only): delete_allowed, running or review.
     #[command(after_help = RECONCILE_HELP)]
     Reconcile {
         /// The audit log (sealed, unsealed, or still being written).

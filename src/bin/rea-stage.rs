@@ -1,5 +1,5 @@
 //! `rea-stage`: the before-transfer receipt and the conditional discard
-//! (SPEC 7.1). The only part of rea that ever deletes a stage.
+//! (docs/stage.md). The only part of rea that ever deletes a stage.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,8 +37,8 @@ does a scan that cannot run (holders_not_scanned). The scan is recorded
 with the inventory and replayed by verify.
 
 Every decision, the inventory and each removal are in FILE, a hash-chained log
-(SPEC 4's chain rule): `rea-audit verify FILE` says discarded or refused.
-rea-stage never signals anything.
+(the chain rule of rea-watchdog's audit log): `rea-audit verify FILE` says
+discarded or refused. rea-stage never signals anything.
 
 Test hooks: REA_STAGE_PAUSE_BEFORE_RMDIR=FIFO makes discard read one byte from
 FIFO right before its final rmdir (tests use it to change the stage at that

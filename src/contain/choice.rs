@@ -1,4 +1,4 @@
-//! Choosing containment at start (SPEC 8): `auto` takes a cgroup when a
+//! Choosing containment at start (docs/containment.md): `auto` takes a cgroup when a
 //! writable cgroup2 hierarchy is found and the group can be made, else
 //! none; `cgroup` refuses to start without one; `none` never looks.
 

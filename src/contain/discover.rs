@@ -1,4 +1,4 @@
-//! Finding a writable cgroup2 hierarchy (SPEC 8): the cgroup2 mount in
+//! Finding a writable cgroup2 hierarchy (docs/containment.md): the cgroup2 mount in
 //! `/proc/self/mountinfo`, the watchdog's own group from the `0::PATH`
 //! line of `/proc/self/cgroup`. Works for the unified layout
 //! (`/sys/fs/cgroup`) and the hybrid one (`/sys/fs/cgroup/unified`).

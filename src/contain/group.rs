@@ -7,8 +7,8 @@
 //! `openat` on the held directory fd, never by path, so a group removed and
 //! recreated under the same name is never touched: its files are another
 //! directory's. [`ActionGroup::kill`] (`cgroup.kill`) is, with
-//! `VerifiedPidFd::signal`, the only way anything is ever killed (SPEC
-//! 3.5); no other code in the crate names `cgroup.kill`.
+//! `VerifiedPidFd::signal`, the only way anything is ever killed
+//! (docs/stop.md); no other code in the crate names `cgroup.kill`.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -197,7 +197,7 @@ impl ActionGroup {
     }
 
     /// A write-only `cgroup.procs` fd for placing jobs: a child writes `0`
-    /// to it between fork and exec (SPEC 8).
+    /// to it between fork and exec (docs/containment.md).
     pub fn procs_fd(&self) -> io::Result<OwnedFd> {
         self.check()?;
         Ok(self.open_file("cgroup.procs", OFlag::O_WRONLY)?.into())

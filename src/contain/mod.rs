@@ -1,4 +1,4 @@
-//! Kernel containment (SPEC 8): the action's own cgroup v2 group.
+//! Kernel containment (docs/containment.md): the action's own cgroup v2 group.
 //!
 //! `discover` finds a writable cgroup2 hierarchy and the watchdog's own
 //! group in it; `group` is the [`group::ActionGroup`], the identity of the

@@ -1,5 +1,5 @@
-//! Who holds a directory tree: the holder scan (README "Nothing holds the
-//! stage").
+//! Who holds a directory tree: the holder scan (docs/stage.md, "The
+//! holder scan").
 //!
 //! `delete_allowed` says nothing the watchdog started still runs. A stage
 //! can still be in use by a process that is not a descendant: a daemon the

@@ -146,7 +146,7 @@ fn of_tree(tree: Tree, t0: Instant) -> io::Result<HolderScan> {
                 // This reader exited: the next one, if any. When every
                 // reader is gone, so are the processes that held the
                 // namespace's mounts in view (a namespace no process is in
-                // is a limit the README names).
+                // is a limit docs/guarantees.md names).
                 Err(e) if is_gone(&e) && i + 1 < readers.len() => continue,
                 Err(e) if is_gone(&e) => break,
                 Err(e) => {

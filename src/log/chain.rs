@@ -1,4 +1,4 @@
-//! The chain rule (SPEC 4), to the byte. Other implementations verify it
+//! The chain rule (docs/audit-log.md), to the byte. Other implementations verify it
 //! independently, so nothing here may depend on how a record was parsed:
 //! every hash is over the exact stored line bytes, without the `\n`.
 

@@ -1,5 +1,5 @@
 //! A read-only liveness probe by identity (pid, start time), for
-//! `rea-audit reconcile` (SPEC 7.2).
+//! `rea-audit reconcile` (docs/containment.md).
 //!
 //! `pidfd_open`, then `/proc/PID/stat` read back *after* the open: the fd
 //! pins whatever process the pid named at that instant, so if the start

@@ -1,5 +1,5 @@
 //! The signal dispositions the process was started with, and the mask the
-//! watchdog reads its signals through (SPEC 3.7 rev 2).
+//! watchdog reads its signals through (docs/guarantees.md).
 //!
 //! Two facts about what a caller hands over:
 //! - Ignored dispositions survive exec. timeout(1) keeps them for its

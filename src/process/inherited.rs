@@ -1,5 +1,5 @@
 //! Children the process already had when it became a watchdog, which are
-//! not its own (SPEC 3.7 rev 2).
+//! not its own (docs/guarantees.md).
 //!
 //! `sleep 10 & exec rea-watchdog exec -- cmd` (an entrypoint script with a
 //! sidecar) makes `sleep` the watchdog's child without the watchdog having

@@ -138,7 +138,7 @@ pub enum BindError {
     Gone,
     /// No descriptor to spare (EMFILE, ENFILE, ENOMEM) for the pidfd or the
     /// read-back: nothing was learnt about the process; bind it again later
-    /// (SPEC 3.5 "Descriptors"). Not an uncertain mapping by itself.
+    /// (docs/stop.md, "Descriptors"). Not an uncertain mapping by itself.
     NoDescriptors(String),
     /// It may be alive, but the fd cannot be proven to name it.
     Uncertain { reason: Uncertainty, detail: String },

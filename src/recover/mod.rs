@@ -1,25 +1,24 @@
-//! `rea-watchdog recover LOG --audit-log NEW [--staging DIR]` (SPEC 8,
-//! "Watchdog lost"): the operator's explicit recovery of an action whose
-//! watchdog died, through the cgroup its log recorded.
+//! `rea-watchdog recover LOG --audit-log NEW [--staging DIR]`
+//! (docs/containment.md, "Recover"): the operator's explicit recovery of an
+//! action whose watchdog died, through the cgroup its log recorded.
 //!
-//! It checks, in order, and refuses (nothing killed) at the first that
-//! fails ([`rule::refusal`]): LOG readable, its chain intact (a torn last
-//! line or a missing receipt is fine: the watchdog died), LOG not sealed,
-//! its watchdog gone (pidfd and start time), a cgroup recorded, the group's
-//! directory still the recorded inode, this process not inside it; then NEW
-//! must not exist and must not be inside the stage. Otherwise it freezes
-//! the group, records its members each checked against the run, and
-//! refuses (thawed, nothing killed) unless it froze and every member is
-//! the action's: started after the run's watchdog and carrying the run's
-//! `REA_RUN_ID` (membership of a cgroup is not ownership: anyone allowed
-//! to write its `cgroup.procs` can put a stranger in it). Then it
-//! writes `cgroup.kill`, waits (bounded) for `populated 0`,
-//! removes the group, inventories the stage, scans for the run's
-//! `REA_RUN_ID` outside it, and seals NEW with the decision. NEW is a
-//! hash-chained log of its own (SPEC 4's rule; kinds in [`record`]) whose
-//! first record names LOG's run and last intact seq and head; `rea-audit
-//! verify NEW` checks it. LOG itself is never written: its verdict stays
-//! retain. A refusal is recorded in NEW too, whenever NEW can be created.
+//! It checks, in order, and refuses (nothing killed) at the first that fails
+//! ([`rule::refusal`]): LOG readable, its chain intact (a torn last line or a
+//! missing receipt is fine: the watchdog died), LOG not sealed, its watchdog
+//! gone (pidfd and start time), a cgroup recorded, the group's directory still
+//! the recorded inode, this process not inside it; then NEW must not exist and
+//! must not be inside the stage. Otherwise it freezes the group, records its
+//! members each checked against the run, and refuses (thawed, nothing killed)
+//! unless it froze and every member is the action's: started after the run's
+//! watchdog and carrying the run's `REA_RUN_ID` (membership of a cgroup is not
+//! ownership: anyone allowed to write its `cgroup.procs` can put a stranger in
+//! it). Then it writes `cgroup.kill`, waits (bounded) for `populated 0`,
+//! removes the group, inventories the stage, scans for the run's `REA_RUN_ID`
+//! outside it, and seals NEW with the decision. NEW is a hash-chained log of
+//! its own (docs/audit-log.md's chain rule; kinds in [`record`]) whose first
+//! record names LOG's run and last intact seq and head; `rea-audit verify NEW`
+//! checks it. LOG itself is never written: its verdict stays retain. A refusal
+//! is recorded in NEW too, whenever NEW can be created.
 
 pub mod act;
 pub mod check;

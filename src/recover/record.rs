@@ -1,4 +1,4 @@
-//! The records of a recovery log (`rea-watchdog recover`, SPEC 8): typed,
+//! The records of a recovery log (`rea-watchdog recover`, docs/containment.md): typed,
 //! closed (`deny_unknown_fields`), no floats, and kinds of their own, so
 //! `rea-audit verify` tells a recovery log from a watchdog's log and a
 //! discard log by its first record.

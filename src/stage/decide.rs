@@ -1,4 +1,4 @@
-//! The discard decision (SPEC 7.1), a pure function over what was seen.
+//! The discard decision (docs/stage.md), a pure function over what was seen.
 //!
 //! `rea-stage discard` calls [`decide`] on the listing it took through the
 //! stage's descriptor; `rea-audit verify` calls it again on the same facts

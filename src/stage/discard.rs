@@ -26,7 +26,7 @@ use crate::bounded::{self, Blocked, Failure, STAGE_DEADLINE};
 use crate::holders::scan::scan_fds;
 use crate::log::LogError;
 
-/// `rea-stage discard` exit codes (documented in `--help` and the README).
+/// `rea-stage discard` exit codes (documented in `--help` and docs/stage.md).
 pub const EXIT_DISCARDED: i32 = 0;
 pub const EXIT_REFUSED: i32 = 1;
 /// Removal had begun and stopped: a concurrent change or an I/O error.
@@ -343,7 +343,7 @@ pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
     run.seal(Outcome::Discarded, Vec::new(), true, EXIT_DISCARDED)
 }
 
-/// The interlock with arming (SPEC 7.1): creates `.rea-discarding`
+/// The interlock with arming (docs/stage.md): creates `.rea-discarding`
 /// exclusively through the stage's descriptor, durably, then looks for
 /// `.rea-exec-started`. A watchdog does the same the other way round, so at
 /// most one of the two goes ahead. Armed meanwhile: our marker is removed

@@ -1,4 +1,4 @@
-//! `rea-stage` (SPEC 7.1): the before-transfer receipt and the conditional
+//! `rea-stage` (docs/stage.md): the before-transfer receipt and the conditional
 //! discard of a stage that no exec ever touched.
 //!
 //! One module per idea: [`path`] opens a directory without following a

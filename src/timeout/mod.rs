@@ -1,10 +1,10 @@
-//! The `timeout` personality (SPEC 3.7 rev 2): rea-watchdog invoked as
+//! The `timeout` personality (docs/cli.md): rea-watchdog invoked as
 //! `timeout` (argv\[0\]'s basename, or `rea-watchdog timeout ...`) takes
 //! coreutils' command line ([`args`]), exit statuses and `-v` messages, and
 //! is exec besides: the whole tree is owned (escapees are stopped too), an
 //! audit log is written, and no root is bound.
 //!
-//! How coreutils' semantics map onto the stop procedure (SPEC 3.5):
+//! How coreutils' semantics map onto the stop procedure (docs/stop.md):
 //! - DURATION is the job's deadline; `-s SIG` (any signal, 0 included) is
 //!   what its leader is asked to stop with (the ask step), and its
 //!   parent-death signal.

@@ -53,7 +53,7 @@ pub struct Action {
     jobs: Jobs,
     replies: Replies,
     phase: Phase,
-    group: Option<ActionGroup>, // SPEC 8: until close removes it
+    group: Option<ActionGroup>, // docs/containment.md: until close removes it
 }
 
 impl Action {

@@ -1,4 +1,4 @@
-//! Arming a stage (SPEC 7.1): when the staging directory holds a
+//! Arming a stage (docs/stage.md): when the staging directory holds a
 //! before-transfer receipt (`rea-stage begin`), the watchdog creates
 //! `.rea-exec-started` in it exclusively (`O_CREAT|O_EXCL|O_NOFOLLOW`
 //! through the directory's descriptor, naming the run id) right after its

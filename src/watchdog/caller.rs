@@ -1,4 +1,4 @@
-//! Who may ask (SPEC 3.3): the root controller, or an actual descendant of
+//! Who may ask (docs/requests.md): the root controller, or an actual descendant of
 //! the watchdog or of the root, with the watchdog's uid and exactly the
 //! start time the request claims.
 
@@ -23,7 +23,7 @@ pub struct Bound {
     /// The watchdog's own child on the caller's PPID chain (the caller
     /// itself when the watchdog is its parent): a job's leader, or an
     /// orphan the watchdog adopted. `None` when the chain reached the
-    /// root controller instead. It names the job that asked (SPEC 9:
+    /// root controller instead. It names the job that asked (docs/review.md:
     /// launchers shown under the job that asked for them).
     pub via: Option<Stat>,
 }
@@ -50,7 +50,7 @@ pub fn verify(
     if Some(claim.ident()) == root {
         // Bound at start and watched since: no new descriptor is needed, so
         // the root's stop and close work however short of them the watchdog
-        // is (SPEC 3.5 "Descriptors").
+        // is (docs/stop.md, "Descriptors").
         return match root_alive {
             true => Ok(Verified::Root),
             false => Err((

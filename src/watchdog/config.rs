@@ -25,7 +25,7 @@ pub struct Config {
     /// Under run, forward signals that are not stops to the running leaders.
     pub forward_signals: bool,
     /// exec and timeout: how the job meets its caller (`None`: run's way,
-    /// SPEC 3.4: job environment, /dev/null, pipes, default dispositions).
+    /// docs/architecture.md: job environment, /dev/null, pipes, default dispositions).
     pub handover: Option<Handover>,
 }
 

@@ -1,4 +1,4 @@
-//! Leaving the controller's session when `setsid` is refused (SPEC 3.2).
+//! Leaving the controller's session when `setsid` is refused (docs/architecture.md).
 //!
 //! `setsid()` fails with EPERM for a process-group leader, which is what a
 //! shell makes of a foreground job (`rea-watchdog run ...` typed at a

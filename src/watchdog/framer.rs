@@ -1,4 +1,4 @@
-//! The framer: request FIFO bytes → texts, in RFC 7464 framing (SPEC 3.3).
+//! The framer: request FIFO bytes → texts, in RFC 7464 framing (docs/requests.md).
 //!
 //! A text is the byte RS (0x1E), one JSON object, LF: at most
 //! [`MAX_REQUEST`] bytes in all, so a writer's single `write` of a whole

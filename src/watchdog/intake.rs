@@ -2,7 +2,7 @@
 //!
 //! - The framer (`framer.rs`) cuts the byte stream into RFC 7464 texts.
 //! - [`Intake::fill`] and [`Intake::next`] bound the work of one wake-up
-//!   (SPEC 3.10): one FIFO read of at most [`READ_BUDGET`] bytes at a time,
+//!   (docs/requests.md): one FIFO read of at most [`READ_BUDGET`] bytes at a time,
 //!   and at most [`TEXT_BUDGET`] texts that need real work, before signals,
 //!   pidfds, deadlines and the stop step get their turn. A job flooding the
 //!   FIFO can slow its own requests, never the watchdog.

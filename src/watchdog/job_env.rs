@@ -1,10 +1,10 @@
 //! What a job starts with: its environment and its child-side setup.
 //!
-//! Under run, the job environment of SPEC 3.4: minimal and explicit
+//! Under run, the job environment of docs/architecture.md: minimal and explicit
 //! (`PATH`, `LANG`, `HOME` from the watchdog's, `TMPDIR` its temp root,
 //! the `REA_*` names, and what `--pass-env` names). Under exec, by default
 //! the caller's whole environment with the `REA_*` names set over it
-//! (SPEC 3.7 rev 2: `FOO=1 rea-watchdog exec -- cmd` gives `cmd` FOO);
+//! (docs/cli.md: `FOO=1 rea-watchdog exec -- cmd` gives `cmd` FOO);
 //! `--env minimal` gives run's.
 
 use std::ffi::OsString;

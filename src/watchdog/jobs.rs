@@ -62,7 +62,7 @@ pub struct Jobs {
     /// (the last to happen wins).
     last: Option<ExecResult>,
     /// The action group's `cgroup.procs` (write-only): every job writes
-    /// itself into it before exec (SPEC 8).
+    /// itself into it before exec (docs/containment.md).
     cgroup_procs: Option<OwnedFd>,
     child: ChildSetup,
 }

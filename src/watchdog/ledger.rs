@@ -28,7 +28,7 @@ use crate::vocab::{bounded, RefusalReason, Uncertainty};
 
 /// How long a burst of unanswerable refusals collects before it is
 /// recorded (unless another record comes first): a flood at full speed
-/// then costs one small record a second (SPEC 3.10: ≤ 1 MiB a minute).
+/// then costs one small record a second (docs/requests.md: ≤ 1 MiB a minute).
 pub const BURST: Duration = Duration::from_secs(1);
 
 pub struct Ledger {
@@ -221,7 +221,7 @@ impl Ledger {
 
     /// Writes the first records, durably, at start (before anything runs);
     /// an error here means the action never starts.
-    /// With containment, its record is the third (SPEC 8) and the group
+    /// With containment, its record is the third (docs/containment.md) and the group
     /// is handed back. Then `then` (arming the stage, the first act after
     /// them: `arm::arm_stage`), and its record, durable.
     pub fn start(

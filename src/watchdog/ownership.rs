@@ -6,7 +6,7 @@
 //! ours, so the pid cannot name anyone else). Job exits are handed back
 //! for the jobs room to finish; orphans are recorded here.
 //!
-//! [`classify`] is the abandonment rule (SPEC 3.5) as a pure function of
+//! [`classify`] is the abandonment rule (docs/stop.md) as a pure function of
 //! one scan: every live descendant must be a running job's leader or in a
 //! running job's session; a descendant whose uids are not uniformly the
 //! watchdog's cannot be proven at all.

@@ -1,5 +1,5 @@
 //! The receipt room: the proof of quiescence, the temp root, the staging
-//! inventory, and what the action ended as (SPEC 3.6).
+//! inventory, and what the action ended as (docs/stop.md).
 //!
 //! It takes plain values (what reaping and a scan said, whether the held
 //! pidfds all exited, how the stop ended, the ledger's counts) and never
@@ -115,7 +115,7 @@ pub fn evidence(
     }
 }
 
-/// At close in cgroup mode (SPEC 8): waits (bounded) for `populated 0`,
+/// At close in cgroup mode (docs/containment.md): waits (bounded) for `populated 0`,
 /// removes the group when it is empty, records both. Returns whether it
 /// was populated (`None` without a group); a group left behind is named
 /// on stderr as well. A group still populated is searched for foreign

@@ -1,4 +1,4 @@
-//! Starting one job as the watchdog's own child (SPEC 3.4).
+//! Starting one job as the watchdog's own child (docs/architecture.md).
 //!
 //! In the child, before exec: its own session, SIGKILL on parent death,
 //! exit at once if the parent is already gone (the pre-exec race
@@ -6,7 +6,7 @@
 //! empty mask, the original descriptor limit and nice value, stdin from
 //! /dev/null, stdout and stderr to pipes, every other descriptor
 //! close-on-exec. The leader's pidfd is opened before the watchdog could
-//! ever reap it. exec's handover (SPEC 3.7 rev 2) changes four of these:
+//! ever reap it. exec's handover (docs/cli.md) changes four of these:
 //! the caller's stdin, stdout and stderr, the caller's ignored signals kept
 //! ignored, the caller's process group kept (`--foreground`), and the
 //! parent-death signal (timeout's `-s`).
@@ -74,7 +74,7 @@ pub struct ChildSetup {
 }
 
 impl ChildSetup {
-    /// run's way (SPEC 3.4).
+    /// run's way (docs/architecture.md).
     pub const RUN: ChildSetup = ChildSetup {
         inherit_stdio: false,
         keep_ignored: SignalBits(0),
@@ -179,7 +179,7 @@ fn classify(e: &io::Error) -> SpawnError {
 /// argv and envp for `execve`, built before the fork (no allocation after).
 /// std's spawn would call `execvp`, which runs a file that `execve` refuses
 /// with ENOEXEC (no `#!`, unknown format) through `/bin/sh`: never a shell
-/// (SPEC 3.3), so a path is executed here with `execve` itself.
+/// (docs/requests.md), so a path is executed here with `execve` itself.
 struct Execve {
     prog: Option<CString>,
     _strings: Vec<CString>,

@@ -1,7 +1,7 @@
-//! Becoming a watchdog (SPEC 3.2 steps 1-3): bind the root controller, leave
-//! its session, become a child subreaper, raise the descriptor limit and the
-//! CPU priority (`priority`), and route the signals that matter into a
-//! signalfd before anything is spawned.
+//! Becoming a watchdog (docs/architecture.md, "Start-up"): bind the root
+//! controller, leave its session, become a child subreaper, raise the
+//! descriptor limit and the CPU priority (`priority`), and route the signals
+//! that matter into a signalfd before anything is spawned.
 
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
@@ -28,7 +28,7 @@ pub struct Started {
     pub nofile: libc::rlimit,
     /// The nice value before it was raised; jobs get it back.
     pub priority: Base,
-    /// The action's cgroup, when it has one, and its record (SPEC 8).
+    /// The action's cgroup, when it has one, and its record (docs/containment.md).
     pub contained: Option<Contained>,
 }
 
@@ -181,7 +181,7 @@ pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String
     let priority = Base::raise();
 
     // Every catchable signal is read from the signalfd: none of them can
-    // end the watchdog by its default action (SPEC 3.7 rev 2).
+    // end the watchdog by its default action (docs/guarantees.md).
     dispositions::ignore_glibc_reserved();
     let mask = dispositions::watched();
     mask.thread_block()

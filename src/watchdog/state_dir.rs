@@ -1,4 +1,4 @@
-//! The private state directory (SPEC 3.2 step 4):
+//! The private state directory (docs/architecture.md, "Start-up"):
 //!
 //! ```text
 //! DIR/            0700, ours, created or found empty

@@ -1,4 +1,4 @@
-//! What a stop trigger is (SPEC 3.5): a value rooms return as an effect,
+//! What a stop trigger is (docs/stop.md): a value rooms return as an effect,
 //! and the `stop_triggered` record it makes. The loop records every
 //! trigger; the first starts the stop procedure (`stop.rs`).
 
@@ -14,7 +14,7 @@ use crate::vocab::bounded;
 /// refused, and the stop ended in `audit_failure`.
 pub const NAMED_MAX: usize = 4096;
 
-/// A reason to stop the action (SPEC 3.5), with what the record says.
+/// A reason to stop the action (docs/stop.md), with what the record says.
 #[derive(Clone, Debug)]
 pub struct Trigger {
     pub reason: StopReason,

@@ -1,4 +1,4 @@
-//! The seed acceptance suite (issue 5): the contract's fixture cases run
+//! The acceptance suite (issue 5): the fixture cases of docs/testing.md run
 //! end to end through the real binaries, the Python client and the
 //! demonstration controller, with real Python descendants, inside the
 //! private PID namespace `tools/test` creates.
@@ -258,7 +258,7 @@ fn swept(records: &[Value]) -> BTreeSet<(i64, u64)> {
         .collect()
 }
 
-/// Every process an ask sweep (SPEC 3.5 step 3) targeted.
+/// Every process an ask sweep (docs/stop.md) targeted.
 fn asked(records: &[Value]) -> BTreeSet<(i64, u64)> {
     data_of(records, "signal_sweep")
         .iter()
@@ -312,7 +312,7 @@ fn assert_counts_recount(log: &Path, receipt: &Value) {
 }
 
 /// A log that recorded a stage is delete_allowed only for the exact stage
-/// (SPEC 5): rehearse's own verify had `--staging` (and then deleted it),
+/// (docs/verdict.md): rehearse's own verify had `--staging` (and then deleted it),
 /// so verifying again without it leaves exactly one reason, and the pinned
 /// head holds.
 fn assert_only_staging_unchecked(r: &Rehearsal) {
@@ -361,7 +361,7 @@ fn rehearse_success_three_launchers_delete_allowed() {
             "launcher-3"
         ]
     );
-    // Phase bounds are the controller's request deadlines (SPEC 3.9).
+    // Phase bounds are the controller's request deadlines (docs/requests.md).
     let deadline = |i: usize| spawned[i]["deadline_ms"].as_u64().unwrap();
     assert!(deadline(0) > 190_000 && deadline(0) <= 200_000);
     assert!(deadline(1) > 250_000 && deadline(1) <= 260_000);
@@ -378,7 +378,7 @@ fn rehearse_success_three_launchers_delete_allowed() {
     assert_eq!(receipt["quiescent"], true);
     assert_eq!(receipt["counts"]["signals"], 0);
     // rehearse verified with --staging before deleting the stage; without
-    // it the verdict cannot be delete_allowed (SPEC 5, rev 2).
+    // it the verdict cannot be delete_allowed (docs/verdict.md).
     assert_only_staging_unchecked(&r);
     sibling.assert_alive();
 }
@@ -567,9 +567,10 @@ fn rehearse_watchdog_loss_no_receipt_retained() {
     sibling.assert_alive();
 }
 
-/// Upload failure proven before any exec (SPEC 7.1, the seed's fifth row):
-/// `rea-stage begin` declared four files, two arrived, and `rea-stage
-/// discard` removed the untouched stage, recording it in its own log.
+/// Upload failure proven before any exec (docs/stage.md; the six outcomes'
+/// fifth row): `rea-stage begin` declared four files, two arrived, and
+/// `rea-stage discard` removed the untouched stage, recording it in its own
+/// log.
 #[test]
 fn rehearse_upload_failed_discards_the_untouched_stage() {
     if skip_outside_pid_ns("rehearse_upload_failed") {
@@ -605,9 +606,9 @@ fn rehearse_upload_failed_discards_the_untouched_stage() {
     sibling.assert_alive();
 }
 
-/// The SSH response was lost (SPEC 7.2, the seed's sixth row): the process
-/// holding the rehearsal's reply channel is killed, the watchdog runs on;
-/// a fresh controller reconciles (`running`), closes, and only the
+/// The SSH response was lost (docs/containment.md; the sixth outcome): the
+/// process holding the rehearsal's reply channel is killed, the watchdog runs
+/// on; a fresh controller reconciles (`running`), closes, and only the
 /// watchdog's exit 0 *and* delete_allowed let the stage go.
 #[test]
 fn rehearse_response_lost_reconciles_running_then_closes() {
@@ -1214,7 +1215,7 @@ fn clients_fail_closed_on_stale_or_foreign_state_dirs() {
     sibling.assert_alive();
 }
 
-/// The Python client's deletion rule (SPEC 7, first row): the watchdog's
+/// The Python client's deletion rule (the README's first outcome): the watchdog's
 /// waited exit 0 *and* delete_allowed, never one alone; and its stop
 /// signal spellings (the CLI's, numbers, names) with KILL refused.
 #[test]

@@ -1,4 +1,4 @@
-//! Inner alarms (SPEC 3.3, issue 11): `inner_alarm_ms` / `submit
+//! Inner alarms (docs/requests.md, issue 11): `inner_alarm_ms` / `submit
 //! --inner-alarm`, SIGALRM to the job's leader through its pidfd at that
 //! instant, recorded (`inner_alarm`), never a stop trigger. What happens
 //! next is the runtime's business: a job without a handler dies of it, one

@@ -1,4 +1,4 @@
-//! Ask first (SPEC 3.5 step 3, issue 11): when an action stops, each
+//! Ask first (docs/stop.md, issue 11): when an action stops, each
 //! running job's leader is asked with its own `stop_signal` (and SIGCONT)
 //! and nothing else is signalled, so the runtime can shut its own tree
 //! down. Only when every leader has exited, or half the TERM grace has

@@ -111,7 +111,7 @@ fn whitespace_change_breaks_the_next_prev() {
         // Still the same JSON value; not the same bytes.
         lines[k - 1] = replace_once(&lines[k - 1], ",\"seq\":", b", \"seq\":");
     });
-    // The line itself is not the writer's encoding (rev 2), and the chain
+    // The line itself is not the writer's encoding (`non_canonical`), and the chain
     // notices the bytes changed.
     v.expect(
         "tampered",
@@ -351,7 +351,7 @@ fn an_inner_alarm_for_a_job_that_never_ran_is_a_replay_mismatch() {
     assert!(named, "{:#}", v.json);
 }
 
-/// The ask step's replay rules (SPEC 3.5 step 3): an ask goes only to a
+/// The ask step's replay rules (docs/stop.md): an ask goes only to a
 /// running job's leader, with its recorded stop signal, and no TERM or
 /// KILL sweep comes while asking. A TERM sweep re-labelled `ask` (and
 /// re-chained, so the chain alone passes) breaks both.

@@ -1,4 +1,4 @@
-//! One test per row of the SPEC 5 verdict table: a log built with the
+//! One test per row of the verdict table (docs/verdict.md): a log built with the
 //! library writer for that row, `rea-audit verify --json`, and the exact
 //! status, exit code and reasons.
 
@@ -58,7 +58,7 @@ fn closed_with_staging_allows_deletion_of_that_stage() {
         v.json["staging"]["identity"]["path"],
         stage.display().to_string()
     );
-    // rev 2: a recorded stage must be checked, closed or stopped alike.
+    // A recorded stage must be checked, closed or stopped alike.
     verify(&log.path, &[]).expect("retain", 1, &[("staging_not_checked", None)]);
 }
 

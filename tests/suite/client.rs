@@ -1,4 +1,4 @@
-//! Issue 3, client commands (SPEC 3.8) and durations on the command line.
+//! Issue 3, client commands (docs/cli.md) and durations on the command line.
 //!
 //! A missing, stale or foreign state directory makes `submit`, `stop` and
 //! `close` fail with a clear message and exit 125, fast (never a hang), and

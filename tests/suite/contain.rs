@@ -1,4 +1,4 @@
-//! Issue 12, first slice: kernel containment (SPEC 8). A watchdog with
+//! Issue 12, first slice: kernel containment (docs/containment.md). A watchdog with
 //! `--contain cgroup` places every job in its own group `rea-<run id>`;
 //! a stop ends everything (the KILL stage writes `cgroup.kill`, recorded
 //! first), the proof adds `populated 0`, the group is removed at close.

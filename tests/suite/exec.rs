@@ -1,4 +1,4 @@
-//! `rea-watchdog exec` (SPEC 3.7, issue 5 criterion 6): the watchdog and the
+//! `rea-watchdog exec` (docs/cli.md, issue 5 criterion 6): the watchdog and the
 //! controller in one process, exiting like timeout(1): ARGV's status, 128+N
 //! when ARGV was killed by signal N, 124 when the action was stopped, 130
 //! for Ctrl-C (SIGINT to exec: a clean stop), 125 for its own failure,

@@ -1,4 +1,4 @@
-//! `exec` as the caller's command (SPEC 3.7 rev 2): no signal ends the
+//! `exec` as the caller's command (docs/cli.md): no signal ends the
 //! watchdog (USR1, USR2, WINCH are forwarded to the job's leader, ALRM is
 //! the deadline now); a caller's `trap '' CHLD` or a closed stderr do not
 //! break it; the job gets the caller's environment, stdin, stdout, stderr

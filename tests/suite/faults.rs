@@ -68,7 +68,7 @@ fn reply_types(replies: &[Value]) -> Vec<String> {
         .collect()
 }
 
-/// SPEC 3.10: a job floods the FIFO at full speed (newlines, garbage,
+/// docs/requests.md: a job floods the FIFO at full speed (newlines, garbage,
 /// fragments, non-requests) for the whole of its 3 s deadline.
 #[test]
 fn a_fifo_flood_delays_nothing() {
@@ -152,7 +152,7 @@ fn a_fifo_flood_delays_nothing() {
     sibling.assert_alive();
 }
 
-/// SPEC 3.5 "Descriptors": at `nofile 64:64`, a job with 200 children is
+/// docs/stop.md, "Descriptors": at `nofile 64:64`, a job with 200 children is
 /// stopped completely, and the root's own `close` is answered.
 #[test]
 fn b_emfile_stop_is_complete() {
@@ -225,7 +225,7 @@ fn b_emfile_stop_is_complete() {
     sibling.assert_alive();
 }
 
-/// SPEC 3.3: a writer that dies after `RS {"v":1,` cannot swallow the next
+/// docs/requests.md: a writer that dies after `RS {"v":1,` cannot swallow the next
 /// writer's request.
 #[test]
 fn c_a_fragment_never_swallows_the_next_request() {
@@ -254,7 +254,7 @@ fn c_a_fragment_never_swallows_the_next_request() {
     assert_eq!(receipt(&w.records())["outcome"], "closed");
 }
 
-/// SPEC 3.3: an array is never taken for the `caller` object.
+/// docs/requests.md: an array is never taken for the `caller` object.
 #[test]
 fn d_caller_as_array_is_refused() {
     let mut w = Watchdog::start(&[]);
@@ -298,7 +298,7 @@ fn small_tree(w: &Watchdog) -> (Oracle, Held, std::process::Child) {
     (oracle, held, submit)
 }
 
-/// SPEC 3.5: SIGHUP (an SSH hangup) stops the action with reason `hangup`.
+/// docs/stop.md: SIGHUP (an SSH hangup) stops the action with reason `hangup`.
 #[test]
 fn e_sighup_is_a_hangup_stop() {
     let sibling = Sibling::start();
@@ -324,7 +324,7 @@ fn e_sighup_is_a_hangup_stop() {
     sibling.assert_alive();
 }
 
-/// SPEC 3.2: started as a process-group leader (setsid would fail), the
+/// docs/architecture.md: started as a process-group leader (setsid would fail), the
 /// watchdog detaches behind a shim; a SIGHUP to the shim leaves it alone.
 #[test]
 fn f_a_group_leader_detaches() {
@@ -464,7 +464,7 @@ fn g_sigstopped_watchdog() {
     assert_eq!(rc["quiescent"], true, "{rc:#}");
 }
 
-/// SPEC 3.2: a root that is already gone (dead and reaped) is a refusal
+/// docs/architecture.md: a root that is already gone (dead and reaped) is a refusal
 /// to start: no ready line, no log, no state directory, non-zero exit.
 #[test]
 fn h_refuses_to_start_without_its_root() {
@@ -586,7 +586,7 @@ fn wait_eof_raw(f: &mut std::fs::File, limit: Duration) -> bool {
     }
 }
 
-/// SPEC 3.4: a job's environment is PATH LANG HOME TMPDIR REA_RUN_ID
+/// docs/architecture.md: a job's environment is PATH LANG HOME TMPDIR REA_RUN_ID
 /// REA_STATE_DIR REA_JOB and the `--pass-env` names, nothing else of the
 /// watchdog's own environment.
 #[test]
@@ -639,7 +639,7 @@ fn j_minimal_job_environment() {
     );
 }
 
-/// SPEC 3.9: TERM grace 0.5 s and kill bound 3 s (recorded by the real
+/// docs/cli.md: TERM grace 0.5 s and kill bound 3 s (recorded by the real
 /// binary), and `close` waits 8 s by default (its help says so; waiting
 /// it out would cost 8 s).
 #[test]

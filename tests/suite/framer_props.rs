@@ -1,5 +1,5 @@
 //! Property tests of the request framer (`rea::watchdog::framer::Framer`,
-//! SPEC 3.3: RFC 7464 texts, RS … LF, at most 4096 bytes). Pure: no
+//! docs/requests.md: RFC 7464 texts, RS … LF, at most 4096 bytes). Pure: no
 //! process is started.
 //!
 //! - arbitrary bytes, in any chunking, never panic, every text it gives

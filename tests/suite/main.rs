@@ -13,7 +13,7 @@
 //! ```text
 //! tools/test stop::                       # the tests of stop.rs
 //! tools/test -- stop:: ask::             # several filters: after --
-//! REA_CONTAIN=none tools/test stop::      # those in none mode (SPEC 8)
+//! REA_CONTAIN=none tools/test stop::      # those in none mode (docs/containment.md)
 //! ```
 //!
 //! Tests run concurrently as before; those that must not overlap (mounts

@@ -1,4 +1,4 @@
-//! `rea-audit reconcile` (SPEC 7.2) against real watchdogs and real
+//! `rea-audit reconcile` (docs/containment.md) against real watchdogs and real
 //! processes: a live watchdog mid-job is `running` and nothing is written;
 //! a sealed log is `delete_allowed` like verify, and `review` once the stage
 //! changed; a SIGKILLed watchdog (no containment) leaves a setsid survivor

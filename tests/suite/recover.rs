@@ -1,4 +1,4 @@
-//! `rea-watchdog recover` (SPEC 8, "Watchdog lost") against real
+//! `rea-watchdog recover` (docs/containment.md, "Recover") against real
 //! watchdogs and real processes, in cgroup mode (`--contain cgroup`).
 //!
 //! A watchdog SIGKILLed while its job's tree runs (a 3-deep chain, three

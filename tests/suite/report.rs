@@ -1,4 +1,4 @@
-//! `rea-audit report` (SPEC 9, issue 13): one self-contained HTML page of
+//! `rea-audit report` (docs/review.md, issue 13): one self-contained HTML page of
 //! a real run, rendered in headless Chromium. The page is served from a
 //! server in the test that is also Chromium's proxy for every URL
 //! (loopback included), so any request the page made, relative or to

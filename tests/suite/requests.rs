@@ -1,4 +1,4 @@
-//! Issue 3, requests (SPEC 3.3): every refusal a request can produce, sent
+//! Issue 3, requests (docs/requests.md): every refusal a request can produce, sent
 //! as raw bytes into a real watchdog's FIFO.
 //!
 //! Each check proves three things: the reason code (in the reply when the

@@ -368,7 +368,7 @@ fn every_kind_events() -> Vec<Event> {
             detail: format!("refused: {}", reason.as_str()),
         }));
     }
-    // A job's inner alarm (SPEC 3.3).
+    // A job's inner alarm (docs/requests.md).
     ev.push(Event::InnerAlarm(InnerAlarm {
         job: 1,
         pid: 4130,
@@ -376,7 +376,7 @@ fn every_kind_events() -> Vec<Event> {
         after_ms: 180_000,
         errno: None,
     }));
-    // A signal to the watchdog that is not a stop, forwarded (SPEC 3.7 rev 2).
+    // A signal to the watchdog that is not a stop, forwarded (docs/guarantees.md).
     ev.push(Event::SignalReceived(SignalReceived {
         signal: libc::SIGUSR1,
         name: "SIGUSR1".into(),
@@ -388,7 +388,7 @@ fn every_kind_events() -> Vec<Event> {
         }],
         count: 3,
     }));
-    // A coalesced burst of unanswerable refusals (SPEC 3.10).
+    // A coalesced burst of unanswerable refusals (docs/requests.md).
     ev.push(Event::RequestsRefused(RequestsRefused {
         count: 7,
         bytes: 30_211,
@@ -477,7 +477,7 @@ fn every_kind_events() -> Vec<Event> {
             ][i % 4],
         }));
     }
-    // The ask step (SPEC 3.5 step 3): every signal a leader may be asked
+    // The ask step (docs/stop.md): every signal a leader may be asked
     // with (timeout's -s: any of 0..=64, each in its one spelling).
     let asked: Vec<Sig> = (0..=64).map(|n| Sig::from_number(n).unwrap()).collect();
     for (i, sig) in asked.into_iter().enumerate() {

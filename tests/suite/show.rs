@@ -1,4 +1,4 @@
-//! `rea-audit show` (SPEC 9, issue 13): verification first, plain words,
+//! `rea-audit show` (docs/review.md, issue 13): verification first, plain words,
 //! launchers named by who asked, control characters escaped, `--json`.
 //! The golden log is a real exec run (a deadline stop with a nested
 //! launcher and a staging directory), committed with the exact output.

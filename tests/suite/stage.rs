@@ -1,4 +1,4 @@
-//! `rea-stage` (SPEC 7.1) with real files: begin, discard of untouched and
+//! `rea-stage` (docs/stage.md) with real files: begin, discard of untouched and
 //! partial stages, every refusal with nothing removed (a full listing and
 //! every byte compared before and after), a stage the real watchdog armed,
 //! an entry added while discard runs (paused deterministically on a FIFO,
@@ -1007,7 +1007,7 @@ fn the_real_watchdog_arms_the_stage_before_its_first_spawn() {
     assert!(w.wait(PATIENCE).success());
     let recs = w.records();
     let k: Vec<&str> = recs.iter().map(|r| r["kind"].as_str().unwrap()).collect();
-    // The start records (the third is containment, SPEC 8), then arming.
+    // The start records (the third is containment, docs/containment.md), then arming.
     assert_eq!(
         &k[..4],
         ["run_started", "root_bound", "containment", "stage_armed"]

@@ -1,5 +1,5 @@
 //! Issue 4, "What must be shown": every stop trigger stops a tree of every
-//! nasty shape with nothing left and the receipt/verdict of SPEC 5; forced
+//! nasty shape with nothing left and the receipt/verdict of docs/verdict.md; forced
 //! PID reuse; a descendant that changes uid; idempotent stops; controller
 //! SIGKILL at every stage; watchdog SIGKILL.
 //!
@@ -203,7 +203,7 @@ fn mapping_refused_for_a_descendant_that_changed_uid() {
     let sibling = Sibling::start();
     // User-space semantics: in cgroup mode the uid-changed descendant is
     // still a member of the action's group, and the KILL stage's
-    // cgroup.kill ends it (SPEC 8; the mapping stays uncertain, retain).
+    // cgroup.kill ends it (docs/containment.md; the mapping stays uncertain, retain).
     let mut w = Watchdog::start(&["--contain", "none"]);
     let mut t = Nasty::start(&w, &sibling, &["setuid"], "wait");
     let nobody = t.member("setuid").clone();
@@ -660,7 +660,7 @@ fn a_timeout_ask_lasts_until_kill_after_then_kills() {
     sibling.assert_alive();
 }
 
-/// The ask step is never skipped (SPEC 3.5 step 3): a first step that
+/// The ask step is never skipped (docs/stop.md): a first step that
 /// comes after half the grace has passed (a busy wake-up, a tiny grace)
 /// still asks the leader, and only the next one ends the ask and TERMs.
 #[test]
@@ -1121,7 +1121,7 @@ impl Controller {
         records(&self.audit_log)
     }
 
-    /// SPEC 5 for a dead controller: a sealed receipt, nothing left, retain.
+    /// docs/verdict.md for a dead controller: a sealed receipt, nothing left, retain.
     fn assert_evidence_retain(&self, first: &str) -> Value {
         let recs = self.records();
         let done = assert_one_stop(&recs, first);
@@ -1308,10 +1308,10 @@ fn watchdog_sigkill_during_a_phase_leaves_no_receipt() {
             "job leader {role} outlived the watchdog"
         );
     }
-    // Deeper descendants may survive (SPEC 6): the test removes them.
+    // Deeper descendants may survive (docs/guarantees.md): the test removes them.
     let survivors: Vec<String> = t.held.alive().iter().map(|m| m.role.clone()).collect();
     eprintln!(
-        "watchdog SIGKILL: {} grandchildren survived (expected, SPEC 6); killing them",
+        "watchdog SIGKILL: {} grandchildren survived (as docs/guarantees.md says); killing them",
         survivors.len()
     );
     t.held.kill_alive();

@@ -94,7 +94,7 @@ fn a_fork_storm_of_2000_is_contained_within_the_kill_bound() {
         sweeps.len(),
         rc["counts"]["signals"],
     );
-    // cgroup mode (SPEC 8): the TERM sweep ends at the grace and
+    // cgroup mode (docs/containment.md): the TERM sweep ends at the grace and
     // cgroup.kill goes out at once. BENCHMARKS.md holds the strict figure
     // (issue 12 asks <= 100 ms past the grace; on 2 CPUs the storm's own
     // exits take longer, see its notes); here a bound a loaded 2-core box

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use common::harness::*;
 use serde_json::Value;
 
-/// What the contract allows a verifier on a stuck stage.
+/// What docs/guarantees.md allows a verifier on a stuck stage.
 const ANSWER: Duration = Duration::from_secs(10);
 /// The test's own bound on a command (past it: killed, the test fails).
 const BOUND: Duration = Duration::from_secs(20);

@@ -1,4 +1,4 @@
-//! The `timeout` personality (SPEC 3.7 rev 2, issue 15): rea-watchdog
+//! The `timeout` personality (docs/cli.md, issue 15): rea-watchdog
 //! invoked as `timeout` (a symlink) or as `rea-watchdog timeout`, checked
 //! for each behaviour coreutils' own `tests/timeout/` checks (our tests,
 //! not theirs), and for what rea adds: escapees stopped, a log written.

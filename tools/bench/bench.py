@@ -58,7 +58,7 @@ CONTAINING = ["bwrap", "cgroup", "rea", "rea-none"]  # the ones whose times are 
 # ask, then SIGTERM to each member through a pidfd; no proof, no record):
 # what asking first and signalling each member costs by itself. Section 1.
 REPEATED = CONTAINING + ["rea-shm", "askterm"]
-# rea: `--contain cgroup` (the action's own cgroup v2 group, SPEC 8);
+# rea: `--contain cgroup` (the action's own cgroup v2 group, docs/containment.md);
 # rea-none: `--contain none` (the pure user-space path); both log on disk.
 REA_MODES = {"rea": "cgroup", "rea-none": "none", "rea-shm": "cgroup"}
 # rea-shm: the same rea with its audit log on tmpfs, to show what the

@@ -20,7 +20,7 @@ the same shape as the other supervisors.
 
 --ask-then-term GRACE: the floor of rea's stop policy instead (the bench's
 `askterm` row). On the trigger: SIGTERM to ARGV's process through its
-pidfd, and nothing else until it exited or GRACE/2 passed (SPEC 3.5's ask);
+pidfd, and nothing else until it exited or GRACE/2 passed (docs/stop.md's ask);
 then SIGTERM through a fresh pidfd to every member `cgroup.procs` lists,
 repeated for newcomers until `populated 0` or the grace ran out; then
 `cgroup.kill`. No identity read back, no record, no fsync, no reaping of

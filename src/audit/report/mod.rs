@@ -1,4 +1,4 @@
-//! `rea-audit report` (SPEC 9): one self-contained HTML page a reviewer
+//! `rea-audit report` (docs/review.md): one self-contained HTML page a reviewer
 //! reads or prints, no external resource and no script.
 //!
 //! Verification comes first, by the verifier `verify` and `show` use, and

@@ -242,7 +242,7 @@ the head and give it to `rea-audit verify LOG --expect-head HEAD`. Closing
 while jobs run stops them first (close_while_running).")]
     Close(Ask),
     /// After a lost watchdog: end what is left in its action's cgroup and
-    /// write a sealed recovery log (SPEC 8; refuses unless it is safe).
+    /// write a sealed recovery log (refuses unless it is safe).
     #[command(after_help = rea::recover::HELP)]
     Recover {
         /// The lost watchdog's audit log (unsealed; a torn last line is

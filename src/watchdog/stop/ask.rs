@@ -1,4 +1,4 @@
-//! The ask step (SPEC 3.5 step 3): each running job's leader gets its own
+//! The ask step (docs/stop.md): each running job's leader gets its own
 //! stop signal and SIGCONT, and nothing else is signalled, until every
 //! leader has exited or half the TERM grace has passed (or, under timeout,
 //! as long as its `-k` says: [`crate::vocab::AskSpan`]).

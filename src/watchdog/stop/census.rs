@@ -1,4 +1,4 @@
-//! Who a stop step sees (SPEC 3.5 step 1; SPEC 8 in cgroup mode).
+//! Who a stop step sees (docs/stop.md, "Who a step sees").
 //!
 //! * none mode: the `/proc` closure from the watchdog's pid (a `stat`
 //!   read of every process visible).

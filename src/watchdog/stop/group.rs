@@ -1,4 +1,4 @@
-//! The stop's cgroup-mode steps (SPEC 8), beside the stop procedure
+//! The stop's cgroup-mode steps (docs/containment.md), beside the stop procedure
 //! (`stop.rs`): the group's members join the scan, and the KILL stage's
 //! one `cgroup.kill`.
 

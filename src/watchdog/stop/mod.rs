@@ -1,4 +1,4 @@
-//! The stop procedure (SPEC 3.5, SPEC 8 in cgroup mode): the stepped
+//! The stop procedure (docs/stop.md; cgroup mode too): the stepped
 //! procedure a first trigger starts. The ask is `ask.rs`, who a step sees
 //! `census.rs`, binding and signalling `sweep.rs`, the cgroup steps
 //! `group.rs`.
@@ -11,7 +11,7 @@
 //!                                      the stopped
 //! ```
 //!
-//! The ask step (SPEC 3.5 step 3) lets a runtime shut its own tree down:
+//! The ask step (docs/stop.md) lets a runtime shut its own tree down:
 //! only the leaders are signalled, once; it ends when every leader has
 //! exited or half the TERM grace has passed (an `ask_ended` record says
 //! which), and then TERM goes to everything still alive. With no job
@@ -110,8 +110,8 @@ const REAP_PACE: Duration = Duration::from_millis(4);
 /// ([`Stopper::reap_now`]).
 const REAP_DYING: Duration = Duration::from_millis(25);
 
-/// A running job's leader, asked first when a stop begins (SPEC 3.5 step
-/// 3), with the signal its request chose.
+/// A running job's leader, asked first when a stop begins (docs/stop.md,
+/// "The ask"), with the signal its request chose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ask {
     pub job: u64,
@@ -147,7 +147,7 @@ pub trait StopHost {
         let why = crate::vocab::bounded(why);
         self.append(Event::ForeignMember(ForeignMember { process, why }));
     }
-    /// The action's cgroup in cgroup mode (SPEC 8).
+    /// The action's cgroup in cgroup mode (docs/containment.md).
     fn group(&self) -> Option<&ActionGroup> {
         None
     }

@@ -1,4 +1,4 @@
-//! A sweep (SPEC 3.5 steps 2 and 4): bind and verify every live member the
+//! A sweep (docs/stop.md): bind and verify every live member the
 //! census found and this stage has not signalled yet, make the sweep's
 //! record durable, then signal, in parts, within the descriptors there are.
 //!
@@ -50,7 +50,7 @@ fn part_limit(index: u32) -> usize {
     }
 }
 /// Descriptors the stopper leaves free for everything else (the log, the
-/// FIFO, replies, a caller check), whatever the limit (SPEC 3.5
+/// FIFO, replies, a caller check), whatever the limit (docs/stop.md
 /// "Descriptors"). The root's own stop and close need none: it is bound.
 const RESERVE: usize = 16;
 

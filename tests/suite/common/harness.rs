@@ -214,7 +214,7 @@ impl Watchdog {
     /// Like [`Watchdog::start_in`], with `tune` applied to the command
     /// before it is spawned (an environment variable, a descriptor limit
     /// in `pre_exec`, a process group). The spawned process is the one held:
-    /// when the watchdog detaches (SPEC 3.2) that is the shim.
+    /// when the watchdog detaches (docs/architecture.md) that is the shim.
     pub fn start_with(
         scratch: Scratch,
         audit_log: Option<PathBuf>,

@@ -8,7 +8,7 @@
 //! real directory inventoried and removed with `rea::inventory`, and the
 //! receipt's counts are counted record by record with the library's one
 //! count rule, `Counts::add` ([`super::counted`], shared with the bench
-//! examples). [`LogOpts`] selects the row of the SPEC 5 verdict table the
+//! examples). [`LogOpts`] selects the row of the verdict table (docs/verdict.md) the
 //! log stands for.
 //!
 //! The rest of the module is what tamper tests need: the log as lines,

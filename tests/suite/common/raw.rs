@@ -141,7 +141,7 @@ impl Req {
     }
 }
 
-/// RS (0x1E), `json`, LF: one text as every writer must send it (SPEC 3.3).
+/// RS (0x1E), `json`, LF: one text as every writer must send it (docs/requests.md).
 pub fn framed(json: &[u8]) -> Vec<u8> {
     let mut v = vec![0x1e];
     v.extend_from_slice(json);

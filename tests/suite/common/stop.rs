@@ -1,6 +1,6 @@
 //! Support for the stop tests (`tests/suite/stop.rs`, `tests/suite/stop_storm.rs`):
 //! the nasty tree every trigger must stop, pidfds that kill on drop, bounded
-//! waits on audit records, and the checks SPEC 5 asks of a positive stop.
+//! waits on audit records, and the checks docs/verdict.md asks of a positive stop.
 
 use std::io::BufRead;
 use std::path::Path;
@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::harness::*;
 
-/// Every shape of SPEC 3.5 / issue 4: a setsid escapee, a double-forked
+/// Every shape of docs/testing.md / issue 4: a setsid escapee, a double-forked
 /// daemon, a SIGTERM-ignoring child, a stopped child, a child whose TERM
 /// handler forks again, a 200-deep chain, a parent that never reaps its
 /// zombies, and the "Hopper" whose argv the unrelated sibling shares.
@@ -250,7 +250,7 @@ pub fn assert_one_stop(recs: &[Value], reason: &str) -> Value {
     done[0]["data"].clone()
 }
 
-/// SPEC 5 for a stop with positive proof: the receipt is positive and
+/// docs/verdict.md for a stop with positive proof: the receipt is positive and
 /// `rea-audit verify --staging DIR [--expect-head HEAD]` says
 /// `delete_allowed` for this stop reason. Returns `stop_completed`'s data.
 pub fn assert_positive_stop(w: &Watchdog, sibling: &Sibling, reason: &str) -> Value {
