@@ -8,6 +8,11 @@
 //! of that shape was left alive with "left 0" in the log. The oracle FIFO
 //! (inherited by every member) reaches EOF only when all of them are dead.
 //!
+//! The other shapes here are leaders no signal ends in time: one that
+//! switched uid, one an outside tracer holds, one in a FUSE read the
+//! test's own server never answers (as root with `/dev/fuse`, in a mount
+//! namespace private to the test's thread).
+//!
 //! Run inside a private PID namespace (`tools/test clock::`).
 
 use crate::common;
@@ -206,6 +211,122 @@ fn exec_returns_on_a_leader_an_outside_tracer_holds() {
     let (code, v) = verify_log(&log, &[]);
     assert_eq!(code, 1, "retain, never tampered: {v}");
     assert!(reason_codes(&v).contains(&"unkillable".to_string()), "{v}");
+}
+
+/// A leader stuck in a FUSE read whose server (a thread of this test,
+/// outside the action, `common::fuse`) took the READ and never answers.
+/// Once a fatal signal reaches it (the TERM), the reader waits
+/// uninterruptibly (`request_wait_answer`, state D) and SIGKILL does not
+/// end it until the server answers or the connection is aborted. In
+/// `auto` mode (cgroup) the group cannot freeze either (a task in D never
+/// reaches the freezer's trap): the KILL stage's freeze wait runs out, no
+/// `cgroup.kill` is written (it would only send the same SIGKILL), and
+/// the KILL sweep signals the leader through its pidfd. `exec` seals
+/// after its final wait anyway: `unkillable` (state D, its wait channel),
+/// 125, retain, never tampered, the group kept. Then the test aborts the
+/// connection, and the leader, its SIGKILL pending, is gone.
+fn exec_fuse_reader(mode: &str) {
+    let Some(_ns) = common::mounts::private_mount_ns("clock: FUSE reader") else {
+        return;
+    };
+    let scratch = Scratch::new();
+    let log = scratch.path("audit.jsonl");
+    let mnt = scratch.path("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    // Dropped in reverse: `held` (SIGKILL, pending already), then `server`
+    // (the abort that lets the leader die), then `group` (removed once
+    // empty), whatever fails before.
+    let group: Option<GroupGuard>;
+    let server = common::fuse::FuseServer::on(&mnt);
+    let held: Held;
+    let file = mnt.join(common::fuse::FILE);
+    let script = format!(
+        "import os\nos.read(os.open({:?}, os.O_RDONLY), 4096)\n",
+        file.to_str().unwrap()
+    );
+    let started = Instant::now();
+    let mut child = exec_cmd(
+        &scratch,
+        &log,
+        [mode, "1s", "500ms", "1s"],
+        &[python(), "-S", "-c", &script],
+    )
+    .spawn()
+    .unwrap();
+    // The server holds the READ: the leader waits on it in the kernel.
+    let exec_fd = rea::process::pidfd::bind_unwaited_child(&child).expect("bind exec");
+    let taken = loop {
+        if let Some(t) = server.read_taken(Duration::from_millis(50)) {
+            break Some(t);
+        }
+        if exec_fd.has_exited() || started.elapsed() > PATIENCE {
+            break server.read_taken(Duration::ZERO);
+        }
+    };
+    let status = wait_child(&mut child, PATIENCE);
+    let took = started.elapsed();
+    eprintln!("exec --contain {mode}: {status:?} after {took:?}");
+    let recs = records(&log);
+    group = GroupGuard::of(&recs);
+    // The leader, by the identity the log names (if it is still there):
+    // SIGKILLed when `held` drops.
+    let leader: Vec<Member> = of_kind(&recs, "job_spawned")
+        .first()
+        .map(|j| Member {
+            pid: j["data"]["pid"].as_i64().unwrap() as i32,
+            start_time: j["data"]["start_time"].as_u64().unwrap(),
+            role: "leader".into(),
+        })
+        .into_iter()
+        .collect();
+    held = Held::bind_live(&leader);
+    let taken = taken.unwrap_or_else(|| panic!("no READ reached the server: {:?}", kinds(&recs)));
+    let leader = leader.first().expect("the log names the leader");
+    assert_eq!(taken.pid, leader.pid, "the leader took the READ");
+    let bound = Duration::from_millis(1000 + 500 + 1000 + 2000);
+    assert!(took < bound, "exec took {took:?}, over {bound:?}");
+    assert_eq!(status.code(), Some(125), "{status:?}: {:?}", kinds(&recs));
+    let stuck = of_kind(&recs, "unkillable");
+    assert_eq!(stuck.len(), 1, "one unkillable record: {:?}", kinds(&recs));
+    let data = &stuck[0]["data"];
+    assert_eq!(data["process"]["pid"], leader.pid, "{data}");
+    assert_eq!(data["process"]["start_time"], leader.start_time, "{data}");
+    assert_eq!(data["state"], "D", "{data}");
+    assert_eq!(data["wchan"], "request_wait_answer", "{data}");
+    assert_eq!(receipt(&recs)["quiescent"], false);
+    let (code, v) = verify_log(&log, &[]);
+    assert_eq!(code, 1, "retain, never tampered: {v}");
+    assert!(reason_codes(&v).contains(&"unkillable".to_string()), "{v}");
+    // exec returned without it: the leader is still there, in the read,
+    // and so (cgroup mode) is its group, kept.
+    assert_eq!(held.alive().len(), 1, "the leader outlived exec");
+    if let Some(g) = &group {
+        let kept = &of_kind(&recs, "group_removed")
+            .first()
+            .expect("group_removed")["data"];
+        assert_eq!(kept["populated"], true, "{kept}");
+        assert_eq!(kept["removed"], false, "{kept}");
+        assert!(g.exists());
+    }
+    let seen = server.abort();
+    let left = held.wait_all_exited(PATIENCE);
+    assert!(left.is_empty(), "the leader survived the abort: {left:?}");
+    eprintln!("exec --contain {mode}: after the abort, the leader is gone ({seen:?})");
+    if let Some(g) = group {
+        let path = g.path.clone();
+        drop(g); // the leader gone, the group is empty: removed
+        assert!(!path.exists(), "{path:?} is still there");
+    }
+}
+
+#[test]
+fn exec_returns_on_a_leader_stuck_in_a_fuse_read_in_none_mode() {
+    exec_fuse_reader("none");
+}
+
+#[test]
+fn exec_returns_on_a_leader_stuck_in_a_fuse_read_in_auto_mode() {
+    exec_fuse_reader("auto");
 }
 
 /// The first line `child` prints (bounded).

@@ -28,6 +28,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::harness::*;
+use common::mounts::private_mount_ns;
 use serde_json::Value;
 
 /// What docs/guarantees.md allows a verifier on a stuck stage.
@@ -37,43 +38,6 @@ const BOUND: Duration = Duration::from_secs(20);
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-/// Gives this test's thread (and every process it starts from now on) a
-/// mount namespace of its own, every mount private in it. Returns the
-/// lock that keeps tests that mount in the shared namespace from running
-/// meanwhile (see `common::mounts`), or `None` when this is not root in a
-/// private PID namespace (the test then skips).
-fn private_mount_ns(what: &str) -> Option<std::sync::RwLockReadGuard<'static, ()>> {
-    if skip_outside_pid_ns(what) {
-        return None;
-    }
-    if uid() != 0 || !Path::new("/dev/fuse").exists() {
-        assert!(
-            !pid_ns_required() || uid() != 0,
-            "{what}: root without /dev/fuse (modprobe fuse, or mknod /dev/fuse c 10 229)"
-        );
-        eprintln!("SKIPPED {what}: needs root and /dev/fuse");
-        return None;
-    }
-    let ns = common::mounts::new_namespace();
-    // SAFETY: unshare(CLONE_NEWNS) gives this thread its own mount
-    // namespace (and fs_struct); other threads are not affected.
-    assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNS) }, 0, "unshare");
-    let root = CString::new("/").unwrap();
-    // SAFETY: valid C strings; every mount made private in the new
-    // namespace, so nothing propagates out of it.
-    let r = unsafe {
-        libc::mount(
-            std::ptr::null(),
-            root.as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(r, 0, "mount --make-rprivate /");
-    Some(ns)
 }
 
 /// A FUSE mount that never answers, on `target`, in this thread's mount
