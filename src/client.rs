@@ -19,8 +19,8 @@ use nix::sys::stat::Mode;
 use nix::unistd::mkfifoat;
 use serde::Deserialize;
 
-use crate::audit::record::Ident;
 use crate::inventory::open_dir;
+use crate::kinds::watchdog::Ident;
 use crate::process::identity::self_start_time;
 use crate::process::pidfd::{bind_ident, VerifiedPidFd};
 use crate::protocol::{

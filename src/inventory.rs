@@ -17,7 +17,7 @@ use nix::sys::stat::{fstat, fstatat, FileStat, Mode};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use sha2::{Digest, Sha256};
 
-use crate::audit::record::{DirIdentity, Inventory, StagingInventoried, TempEntry};
+use crate::kinds::watchdog::{DirIdentity, Inventory, StagingInventoried, TempEntry};
 use crate::vocab::hex;
 
 /// Deepest directory nesting walked; deeper trees are an error, not a hang.

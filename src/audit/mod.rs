@@ -11,9 +11,6 @@ pub mod reconcile_env;
 pub mod reconcile_group;
 pub mod reconcile_log;
 pub mod reconcile_text;
-pub mod record;
-pub mod record_group;
-pub mod record_stop;
 pub mod recover_judge;
 pub mod recover_lines;
 pub mod recover_log;
@@ -28,8 +25,8 @@ pub mod stage_log;
 pub mod verdict;
 pub mod verify;
 
+pub use crate::kinds::watchdog::Event;
 pub use crate::log::LogError as AuditError;
-pub use record::Event;
 
 /// The watchdog's audit log: the chained log of [`Event`]s.
 pub type AuditWriter = crate::log::ChainWriter<Event>;

@@ -4,8 +4,8 @@
 pub(crate) use crate::log::read::Wire;
 pub use crate::log::read::{open_log, read_lines, started, OpenError, Piece};
 
-use super::record::Event;
 use super::verdict::Code;
+use crate::kinds::watchdog::Event;
 
 /// One record of the watchdog's log, as read.
 pub type Record<'a> = crate::log::Record<'a, Event>;

@@ -23,11 +23,11 @@ use serde::Serialize;
 use super::reader::{open_log, OpenError};
 use super::reconcile_group::{group_part, recover_command, GroupPart};
 use super::reconcile_log::{scan, Break, Named};
-use super::record::{Containment, GroupState, Mode, Outcome as RunOutcome, StopReason};
 use super::stage_held;
 use super::verdict::{Code, Decision, Reason, Status};
 use super::verify::{verify_file, VerifyOptions};
 use crate::holders::{text, HolderScan};
+use crate::kinds::watchdog::{Containment, GroupState, Mode, Outcome as RunOutcome, StopReason};
 use crate::process::alive::{probe, Liveness, Probe};
 
 pub use super::reconcile_dirs::{stage_part, state_dir_part, DirCheck, StagePart, StateDirPart};

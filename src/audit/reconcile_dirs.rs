@@ -9,8 +9,8 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::reconcile_log::LogScan;
-use super::record::{DirIdentity, RunStarted, StagingInventoried};
 use crate::inventory;
+use crate::kinds::watchdog::{DirIdentity, RunStarted, StagingInventoried};
 
 #[derive(Serialize, Clone, Debug)]
 pub struct DirCheck {

@@ -16,10 +16,10 @@ use serde::Serialize;
 
 use super::reconcile_env::check_hint;
 use super::reconcile_log::LogScan;
-use super::record::{Containment, GroupIdentity, GroupMember, GroupSeen, GroupState};
-use super::record_group::{NotTheAction, RunIdSeen};
 use crate::contain::census::{census, look};
 use crate::contain::proof::check_member;
+use crate::kinds::group::{NotTheAction, RunIdSeen};
+use crate::kinds::watchdog::{Containment, GroupIdentity, GroupMember, GroupSeen, GroupState};
 
 /// Whose a live member of the group is, by the proof `recover` uses.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use std::io;
 use serde::Serialize;
 
 use super::reader::{parse_line, read_lines, Piece};
-use super::record::{
+use crate::kinds::watchdog::{
     Containment, Event, GroupRemoved, Ident, Proc, Receipt, RunStarted, StagingInventoried, Status,
     StopReason,
 };

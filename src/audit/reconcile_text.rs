@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use super::people::{self, word};
 use super::reconcile::{Outcome, ProcPart, Report};
-use super::record::Outcome as RunOutcome;
+use crate::kinds::watchdog::Outcome as RunOutcome;
 use crate::process::alive::Liveness;
 
 fn liveness(l: Liveness) -> &'static str {

@@ -5,17 +5,17 @@
 
 use std::path::Path;
 
-use super::record::{DirIdentity, StagingInventoried};
 use super::recover_lines::{Check, FindingCode, Judged, Problem};
 use super::stage_held;
 use super::verdict::Status;
 use crate::holders::HolderScan;
 use crate::inventory;
-use crate::recover::record::{
+use crate::kinds::recovery::{
     Code, Outcome, RecoveryChecked, RecoveryDecided, RecoveryEvent, RecoveryGroupRemoved,
     RecoveryKilled, RecoveryMembers, RecoveryScan, RecoveryStaging, RecoveryStarted,
 };
-use crate::recover::rule::{failures, gathered, member_refusal, refusal};
+use crate::kinds::recovery_rule::{failures, gathered, member_refusal, refusal};
+use crate::kinds::watchdog::{DirIdentity, StagingInventoried};
 
 /// Where each kind belongs (strictly increasing through the log).
 fn rank(ev: &RecoveryEvent) -> u8 {

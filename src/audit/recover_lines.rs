@@ -6,10 +6,10 @@
 
 use serde::Serialize;
 
-use super::record::StagingInventoried;
 use super::verdict::Status;
 use crate::holders::HolderScan;
-use crate::recover::record::{Code, Outcome, RecoveryEvent};
+use crate::kinds::recovery::{Code, Outcome, RecoveryEvent};
+use crate::kinds::watchdog::StagingInventoried;
 
 /// Why the log is not an intact recovery log allowing deletion.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,14 +19,14 @@ use serde::{Deserialize, Serialize};
 
 use super::people;
 use super::reader::{open_log, read_lines, OpenError, Piece, Wire};
-use super::record::StagingInventoried;
-use super::record_group::RunIdSeen;
 use super::recover_judge::judge;
 use super::recover_lines::{Check, Judged};
 use super::verdict::{Decision, Status};
 use crate::holders::HolderScan;
+use crate::kinds::group::RunIdSeen;
+use crate::kinds::recovery::{Outcome, RecoveryEvent, KINDS};
+use crate::kinds::watchdog::StagingInventoried;
 use crate::log::MAX_LINE;
-use crate::recover::record::{Outcome, RecoveryEvent, KINDS};
 
 pub use super::recover_lines::{Finding, FindingCode, Problem};
 

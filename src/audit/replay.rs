@@ -16,13 +16,13 @@
 
 use std::collections::HashMap;
 
-use super::record::{
-    Counts, Event, Ident, JobSpawned, Outcome, Receipt, RootSource, RunStarted, Sig, SignalSweep,
-    Stage, StagingInventoried, StopCompleted, StopReason,
-};
 use super::replay_ask::impossible_end;
 use super::replay_group::GroupSeen;
 use super::verdict::{Code, Reason};
+use crate::kinds::watchdog::{
+    Counts, Event, Ident, JobSpawned, Outcome, Receipt, RootSource, RunStarted, Sig, SignalSweep,
+    Stage, StagingInventoried, StopCompleted, StopReason,
+};
 
 fn mismatch(detail: String) -> Reason {
     Reason::new(Code::ReplayMismatch, None, detail)

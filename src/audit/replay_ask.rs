@@ -2,7 +2,7 @@
 //! timeout's spans): beside `replay.rs`, which calls it on `ask_ended`.
 
 use super::people::word;
-use super::record::{AskEnd, AskEnded, AskSpan, Bounds, StopReason};
+use crate::kinds::watchdog::{AskEnd, AskEnded, AskSpan, Bounds, StopReason};
 
 /// Why `a` cannot end the ask of a run whose first stop was for `first`,
 /// if it cannot. The span is the run's `bounds.ask` for a deadline stop and

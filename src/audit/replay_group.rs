@@ -12,7 +12,7 @@
 //! A log without a `containment` record is a log from before containment (or a
 //! `none` run written by it): none of the group records may appear in it.
 
-use super::record::{ContainMode, Containment, GroupIdentity, Receipt};
+use crate::kinds::watchdog::{ContainMode, Containment, GroupIdentity, Receipt};
 
 /// What the replay has seen of the group so far.
 #[derive(Default)]

@@ -3,7 +3,7 @@
 //! writer's encoding of its record): every digest a record carries is
 //! lowercase hex of the right length.
 
-use super::record::Event;
+use crate::kinds::watchdog::Event;
 use crate::vocab::is_digest;
 
 /// Every SHA-256 digest a record carries (not `prev`, checked on read).

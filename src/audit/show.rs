@@ -6,7 +6,7 @@
 
 use super::people::{self, cut, word};
 use super::reader::{parse_line, read_lines, Piece, Wire};
-use super::record::{AskEnd, Event, HoldersScanned, Ident, JobSpawned, Proc, TempEntry};
+use crate::kinds::watchdog::{AskEnd, Event, HoldersScanned, Ident, JobSpawned, Proc, TempEntry};
 use crate::log::Kind as _;
 use crate::log::MAX_LINE;
 use std::collections::{HashMap, VecDeque};
@@ -573,7 +573,7 @@ pub fn header(log: &str, verdict: &serde_json::Value, started: Option<&str>) -> 
 #[cfg(test)]
 mod tests {
     use super::summary;
-    use crate::audit::record::{Event, Link, Sig, SignalSweep, Stage};
+    use crate::kinds::watchdog::{Event, Link, Sig, SignalSweep, Stage};
 
     /// A part that only lists members passed over says so, not "SIGKILL
     /// to 0 process(es)".

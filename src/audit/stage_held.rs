@@ -10,33 +10,12 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::record::{DirIdentity, HoldersScanned, StagingInventoried};
 use crate::bounded::{self, Failure, STAGE_DEADLINE};
 use crate::holders::scan::scan_fds;
-use crate::holders::{text, HolderScan};
+use crate::holders::HolderScan;
 use crate::inventory;
-
-/// What a recorded scan says: one detail per finding (none: not held), or
-/// why it could not run. The discard decides on this, and its replay too.
-pub fn findings(h: &HoldersScanned) -> Result<Vec<String>, String> {
-    match h {
-        HoldersScanned::Scanned(s) => Ok(held(s)),
-        HoldersScanned::Failed { error } => Err(error.clone()),
-    }
-}
-
-fn held(s: &HolderScan) -> Vec<String> {
-    let mut found: Vec<String> = Vec::new();
-    found.extend(s.holders.iter().map(text::holder));
-    found.extend(s.mounts.iter().map(text::mount));
-    found.extend(s.loops.iter().map(text::loop_device));
-    let named = (s.holders.len() + s.mounts.len() + s.loops.len()) as u64;
-    let total = s.holders_total + s.mounts_total + s.loops_total;
-    if total > named {
-        found.push(format!("... and {} more", total - named));
-    }
-    found
-}
+pub use crate::kinds::held::{findings, held};
+use crate::kinds::watchdog::{DirIdentity, StagingInventoried};
 
 /// What a verifier says about the stage at `path`, open as `dir` (the
 /// descriptor its inventory was taken through): one detail per finding

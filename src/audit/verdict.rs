@@ -2,8 +2,8 @@
 
 use serde::Serialize;
 
-use super::record::{Outcome, StagingInventoried, StopReason};
 use crate::holders::{text, HolderScan};
+use crate::kinds::watchdog::{Outcome, StagingInventoried, StopReason};
 
 /// The only two answers a controller acts on.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::reader::{open_log, OpenError};
-use super::record::{Event, Outcome, Receipt, StopReason};
 use super::replay::Replay;
 use super::rules;
 use super::stage_held;
@@ -21,6 +20,7 @@ use super::verdict::{Code, Reason, Status, Verdict};
 use crate::bounded::Failure;
 use crate::holders::HolderScan;
 use crate::inventory;
+use crate::kinds::watchdog::{Event, Outcome, Receipt, StopReason};
 use crate::log::{Chain, MAX_LINE};
 
 const BOM: &[u8] = b"\xef\xbb\xbf";

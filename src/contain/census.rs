@@ -11,7 +11,7 @@
 //! read: its members are someone else's.
 
 use super::group::{ActionGroup, Missing};
-use crate::audit::record_group::{GroupIdentity, GroupMember, GroupSeen, GroupState};
+use crate::kinds::group::{GroupIdentity, GroupMember, GroupSeen, GroupState};
 use crate::process::alive::{probe, Liveness};
 use crate::process::identity::read_stat;
 

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use super::discover::discover;
 use super::group::ActionGroup;
-use super::mode::{ContainMode, ContainRequest};
-use crate::audit::record_group::{Containment, GroupIdentity};
+use crate::kinds::group::{Containment, GroupIdentity};
+use crate::kinds::mode::{ContainMode, ContainRequest};
 
 /// `--contain` and where discovery looks (`--cgroup-root`, for tests).
 #[derive(Clone, Debug, Default)]

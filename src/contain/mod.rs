@@ -14,6 +14,5 @@ pub mod census;
 pub mod choice;
 pub mod discover;
 pub mod group;
-pub mod mode;
 pub mod nested;
 pub mod proof;

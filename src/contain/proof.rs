@@ -9,8 +9,8 @@
 //! verify` can decide again from a recorded census.
 
 use super::group::ActionGroup;
-use crate::audit::record_group::{CheckedMember, RunIdSeen};
 use crate::contain::census::MAX_MEMBERS;
+use crate::kinds::group::{CheckedMember, RunIdSeen};
 use crate::process::alive::{probe, Liveness};
 use crate::process::identity::{is_gone, read_stat, real_uid};
 
@@ -132,7 +132,7 @@ pub fn checked_census(g: &ActionGroup, run: &str, run_start: u64) -> CheckedCens
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::record_group::NotTheAction;
+    use crate::kinds::group::NotTheAction;
     use crate::process::identity::self_start_time;
 
     #[test]

@@ -3,9 +3,9 @@
 //! (docs/audit-log.md).
 //!
 //! Three logs are written this way: the watchdog's audit log
-//! ([`crate::audit::record::Event`]), `rea-stage discard`'s log
+//! ([`crate::kinds::watchdog::Event`]), `rea-stage discard`'s log
 //! ([`crate::stage::log::StageEvent`]) and `rea-watchdog recover`'s log
-//! ([`crate::recover::record::RecoveryEvent`]). Each is a [`Kind`]: its
+//! ([`crate::kinds::recovery::RecoveryEvent`]). Each is a [`Kind`]: its
 //! record types and their names; the chain, the line encoding, the
 //! durability and the poisoning rules are this module's alone, so a new
 //! log kind adds records, never chain code.

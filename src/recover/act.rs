@@ -13,17 +13,17 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::log::RecoveryLog;
-use super::record::{
-    Code, Reason, RecoveryEvent, RecoveryFreeze, RecoveryGroupRemoved, RecoveryKilled,
-    RecoveryMembers, RecoveryScan, RecoveryStaging, RecoveryStarted, ScanProc,
-};
-use super::rule::{explain_members, failures, foreign, member_refusal};
 use crate::audit::reconcile_env::run_processes;
-use crate::audit::record::GroupMember;
-use crate::audit::record_group::UnprovenMember;
 use crate::contain::census::census;
 use crate::contain::group::ActionGroup;
 use crate::contain::proof::checked_census;
+use crate::kinds::group::UnprovenMember;
+use crate::kinds::recovery::{
+    Code, Reason, RecoveryEvent, RecoveryFreeze, RecoveryGroupRemoved, RecoveryKilled,
+    RecoveryMembers, RecoveryScan, RecoveryStaging, RecoveryStarted, ScanProc,
+};
+use crate::kinds::recovery_rule::{explain_members, failures, foreign, member_refusal};
+use crate::kinds::watchdog::GroupMember;
 
 /// How long the recovery waits for `populated 0` after `cgroup.kill`.
 /// A constant, not a flag: the kernel delivers SIGKILL to every member at
@@ -82,7 +82,7 @@ fn frozen_census(g: &ActionGroup, s: &RecoveryStarted) -> RecoveryMembers {
     let start = s.watchdog.map_or(u64::MAX, |w| w.start_time);
     let c = checked_census(g, &run, start);
     RecoveryMembers {
-        group: crate::audit::record::GroupIdentity {
+        group: crate::kinds::watchdog::GroupIdentity {
             path: g.path().display().to_string(),
             ino: g.ino(),
         },

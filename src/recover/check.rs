@@ -7,14 +7,14 @@
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 
-use super::record::{Code, RecoveryChecked, RecoveryStarted, WatchdogSeen};
-use super::rule::gathered;
 use crate::audit::reader::open_log;
 use crate::audit::reconcile_log::{scan, LogScan};
 use crate::audit::verdict::Status;
 use crate::audit::verify::{verify_file, VerifyOptions};
 use crate::contain::census::look;
 use crate::contain::group::ActionGroup;
+use crate::kinds::recovery::{Code, RecoveryChecked, RecoveryStarted, WatchdogSeen};
+use crate::kinds::recovery_rule::gathered;
 use crate::process::alive::probe;
 
 fn absolute(p: &Path) -> PathBuf {

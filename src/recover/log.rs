@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::record::{RecoveryEvent, VERSION};
+use crate::kinds::recovery::{RecoveryEvent, VERSION};
 
 impl crate::log::Kind for RecoveryEvent {
     const VERSION: u32 = VERSION;

@@ -25,8 +25,6 @@ pub mod check;
 mod help;
 pub use help::HELP;
 pub mod log;
-pub mod record;
-pub mod rule;
 
 use std::path::{Path, PathBuf};
 
@@ -34,8 +32,11 @@ use serde::Serialize;
 
 use self::act::Acted;
 use self::log::RecoveryLog;
-use self::record::{Code, Outcome, Reason, RecoveryDecided, RecoveryEvent, RecoveryStarted};
-use crate::audit::record_group::UnprovenMember;
+use crate::kinds::group::UnprovenMember;
+use crate::kinds::recovery::{
+    Code, Outcome, Reason, RecoveryDecided, RecoveryEvent, RecoveryStarted,
+};
+use crate::kinds::recovery_rule as rule;
 
 /// Exit statuses of `rea-watchdog recover` (125, a usage error, is the
 /// binary's, as for every rea-watchdog command).

@@ -20,10 +20,10 @@ use super::log::{
 use super::path::{open_parent, Id};
 use super::remove::{pause_hook, remove_stage, unlink_entry, unlink_own, PAUSE_UNLINK_ENV};
 use super::{ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};
-use crate::audit::record::HoldersScanned;
-use crate::audit::stage_held;
 use crate::bounded::{self, Blocked, Failure, STAGE_DEADLINE};
 use crate::holders::scan::scan_fds;
+use crate::kinds::held;
+use crate::kinds::watchdog::HoldersScanned;
 use crate::log::LogError;
 
 /// `rea-stage discard` exit codes (documented in `--help` and docs/stage.md).
@@ -285,7 +285,7 @@ pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
             error: crate::vocab::bounded(&e.to_string()),
         },
     };
-    let held = stage_held::findings(&holders);
+    let held = held::findings(&holders);
     let inv = StageInventoried {
         entries: listing.entries.clone(),
         truncated: listing.truncated,

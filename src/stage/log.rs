@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::decide::{DirId, Entry, Refusal};
 use super::receipt::BeforeTransfer;
-use crate::audit::record::HoldersScanned;
+use crate::kinds::watchdog::HoldersScanned;
 
 /// `v` of every record.
 pub const VERSION: u32 = 1;

@@ -28,7 +28,7 @@ pub const MAX_RECEIPT: u64 = 64 << 10;
 
 /// The stage as `begin` created it: the same identity (path, dev, inode,
 /// uid, mode) the watchdog records for a staging directory.
-pub use crate::audit::record::DirIdentity as StageId;
+pub use crate::kinds::watchdog::DirIdentity as StageId;
 
 /// The receipt's content, field order as written.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

@@ -23,9 +23,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use self::args::{Limit, Parsed, TimeoutArgs};
-use crate::audit::record::{Handover, Mode, Outcome, StopReason};
 use crate::contain::choice::ContainChoice;
-use crate::contain::mode::ContainRequest;
+use crate::kinds::mode::ContainRequest;
+use crate::kinds::watchdog::{Handover, Mode, Outcome, StopReason};
 use crate::tell::{line, Stream};
 use crate::vocab::{AskSpan, RefusalReason, Sig, Status};
 use crate::watchdog::config::{new_run_id, Config};

@@ -21,8 +21,8 @@ use nix::fcntl::AtFlags;
 use nix::sys::stat::{fstat, fstatat};
 
 use super::config::Config;
-use crate::audit::record::{DirIdentity, Event, StageArmed};
 use crate::inventory::open_dir;
+use crate::kinds::watchdog::{DirIdentity, Event, StageArmed};
 use crate::stage::receipt::create_exclusive;
 use crate::stage::remove::unlink_own;
 use crate::stage::{ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};

@@ -2,7 +2,7 @@
 //! the watchdog or of the root, with the watchdog's uid and exactly the
 //! start time the request claims.
 
-use crate::audit::record::Ident;
+use crate::kinds::watchdog::Ident;
 use crate::process::identity::{is_gone, read_stat, Stat};
 use crate::process::pidfd::{bind_ident, BindError, VerifiedPidFd};
 use crate::protocol::{Caller, RefusalReason};

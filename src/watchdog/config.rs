@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::audit::record::{AskSpan, Bounds, Handover, Mode};
 use crate::clock::millis;
+use crate::kinds::watchdog::{AskSpan, Bounds, Handover, Mode};
 
 #[derive(Clone, Debug)]
 pub struct Config {

@@ -29,7 +29,7 @@ use super::jobs::Jobs;
 use super::ledger::Ledger;
 use super::sources::{Source, Sources};
 use super::stop::Trigger;
-use crate::audit::record::{Event, SignalReceived, StopReason};
+use crate::kinds::watchdog::{Event, SignalReceived, StopReason};
 use crate::process::pidfd::VerifiedPidFd;
 use crate::vocab::{Ident, Mode};
 

@@ -28,7 +28,7 @@ use super::ledger::Ledger;
 use super::reply::Replies;
 use super::state_dir::StateDir;
 use super::stop::Trigger;
-use crate::audit::record::{Event, RequestReceived, RequestRefused};
+use crate::kinds::watchdog::{Event, RequestReceived, RequestRefused};
 use crate::protocol::{parse_request, ParsedRequest, Reply, MAX_REQUEST, PROTOCOL_VERSION};
 use crate::vocab::{bounded, Ident, Op, RefusalReason, StopReason};
 

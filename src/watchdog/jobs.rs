@@ -29,10 +29,10 @@ use super::spawn::{spawn, ChildSetup, Launch};
 use super::start::Started;
 use super::state_dir::StateDir;
 use super::stop::{Ask, Trigger};
-use crate::audit::record::{
+use crate::clock::millis;
+use crate::kinds::watchdog::{
     Event, InnerAlarm, JobExited, JobFailed, JobSpawned, OutputCapped, Stream,
 };
-use crate::clock::millis;
 use crate::process::identity::Stat;
 use crate::protocol::{Reply, PROTOCOL_VERSION};
 use crate::vocab::{bounded, Mode, RefusalReason, Status, StopReason};

@@ -17,12 +17,13 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::audit::record::{
+use crate::contain::{choice::Contained, group::ActionGroup};
+use crate::kinds::watchdog::AuditWriter;
+use crate::kinds::watchdog::{
     Counts, Event, ForeignMember, MappingUncertain, Proc, ReplyFailed, RequestRefused,
     RequestsRefused,
 };
-use crate::audit::{AuditError, AuditWriter};
-use crate::contain::{choice::Contained, group::ActionGroup};
+use crate::log::LogError as AuditError;
 use crate::process::identity::Stat;
 use crate::vocab::{bounded, RefusalReason, Uncertainty};
 

@@ -13,10 +13,10 @@ use super::launch_request::LaunchRequest;
 use super::receipt::{ExecResult, Finished};
 use super::start::{prepare, RootChoice};
 use super::state_dir;
-use crate::audit::record::{Outcome, StopReason};
-use crate::audit::AuditWriter;
 use crate::contain::choice::{ContainChoice, Contained};
 use crate::inventory;
+use crate::kinds::watchdog::AuditWriter;
+use crate::kinds::watchdog::{Outcome, StopReason};
 use crate::protocol::RefusalReason;
 
 /// timeout(1)'s codes, which `exec` and `submit` share.
@@ -286,7 +286,7 @@ fn mkdtemp(base: &std::path::Path, prefix: &str) -> std::io::Result<PathBuf> {
 /// answer (a FUSE or NFS server gone) refuses the start, `stage_unreadable`,
 /// with nothing made and nothing launched, instead of hanging before the
 /// log exists.
-fn staging_identity(p: &std::path::Path) -> Result<crate::audit::record::DirIdentity, String> {
+fn staging_identity(p: &std::path::Path) -> Result<crate::kinds::watchdog::DirIdentity, String> {
     let what = format!("the staging directory {}", p.display());
     let key = p.display().to_string();
     let limit = crate::bounded::STAGE_DEADLINE;

@@ -22,7 +22,7 @@ use super::ledger::Ledger;
 use super::receipt::Finished;
 use super::start::Started;
 use super::stop::{Ask, Stopper, Trigger};
-use crate::audit::record::{Event, StopCompleted, StopPriority};
+use crate::kinds::watchdog::{Event, StopCompleted, StopPriority};
 use crate::protocol::{Reply, PROTOCOL_VERSION};
 use crate::vocab::{AskSpan, StopReason};
 

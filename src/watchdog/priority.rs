@@ -22,7 +22,7 @@
 //! condition of the proof; every `stop_triggered` record says which
 //! priority the stop ran at.
 
-use crate::audit::record::StopPriority;
+use crate::kinds::watchdog::StopPriority;
 
 /// What the watchdog was started with, and what it took.
 #[derive(Clone, Copy, Debug)]

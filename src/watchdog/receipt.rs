@@ -12,16 +12,16 @@ use super::effect::ReplyTo;
 use super::ledger::Ledger;
 use super::state_dir::StateDir;
 use super::stop::Stopper;
-use crate::audit::record::HoldersScanned;
-use crate::audit::record::{
-    no_live_or_waitable, DirIdentity, Event, Inventory, Receipt, StagingInventoried, StopCompleted,
-    TempRootInventoried, TempRootRemoved,
-};
-use crate::audit::record::{GroupIdentity, GroupRemoved};
 use crate::bounded::{Failure, STAGE_DEADLINE};
 use crate::contain::group::ActionGroup;
 use crate::holders::scan::scan;
 use crate::inventory;
+use crate::kinds::watchdog::HoldersScanned;
+use crate::kinds::watchdog::{
+    no_live_or_waitable, DirIdentity, Event, Inventory, Receipt, StagingInventoried, StopCompleted,
+    TempRootInventoried, TempRootRemoved,
+};
+use crate::kinds::watchdog::{GroupIdentity, GroupRemoved};
 
 /// How long close waits for `populated 0` after the last reap.
 const GROUP_EMPTY_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
@@ -166,7 +166,7 @@ pub fn unkillable<'a>(leaders: impl Iterator<Item = &'a crate::vocab::Proc>, led
             .filter(|w| same.is_some() && !w.is_empty() && w != "0")
             .map(|w| bounded(&w));
         let process = p.clone();
-        ledger.append(Event::Unkillable(crate::audit::record::Unkillable {
+        ledger.append(Event::Unkillable(crate::kinds::watchdog::Unkillable {
             process,
             state,
             wchan,

@@ -7,8 +7,8 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::config::Config;
 use super::state_dir::StateDir;
-use crate::audit::record::{DirIdentity, Event, Ident, RootBound, RootSource, RunStarted};
 use crate::contain::choice::Contained;
+use crate::kinds::watchdog::{DirIdentity, Event, Ident, RootBound, RootSource, RunStarted};
 use crate::process::dispositions::{self, SignalBits};
 use crate::process::identity::read_stat;
 use crate::process::pidfd::{bind_ident, BindError, VerifiedPidFd};

@@ -19,8 +19,8 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fchmodat, fstat, mkdirat, FchmodatFlags, Mode};
 use nix::unistd::mkfifoat;
 
-use crate::audit::record::DirIdentity;
 use crate::inventory;
+use crate::kinds::watchdog::DirIdentity;
 
 pub use crate::protocol::{READY, REPLIES, REQUESTS, TMP};
 

@@ -4,7 +4,7 @@
 
 use nix::sys::signal::Signal;
 
-use crate::audit::record::{Event, Proc, StopPriority, StopReason, StopTriggered};
+use crate::kinds::watchdog::{Event, Proc, StopPriority, StopReason, StopTriggered};
 use crate::vocab::bounded;
 
 /// Processes one `stop_triggered` record names at most. An entry is ~80

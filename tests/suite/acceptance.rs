@@ -32,7 +32,7 @@ use common::raw::{exchange, js, Req};
 use common::reuse::{dead_process, force_pid_reuse};
 use common::stop::wait_for;
 use nix::sys::signal::Signal;
-use rea::audit::record::Ident;
+use rea::kinds::watchdog::Ident;
 use rea::process::identity::Stat;
 use rea::process::pidfd::{bind_ident, VerifiedPidFd};
 use serde_json::{json, Value};
@@ -297,7 +297,7 @@ fn running_leaders(records: &[Value]) -> BTreeSet<(i64, u64)> {
 /// The receipt's counts agree with the records by the library's one count
 /// rule (`Counts::add`), recounted here from the parsed log.
 fn assert_counts_recount(log: &Path, receipt: &Value) {
-    let mut counts = rea::audit::record::Counts::default();
+    let mut counts = rea::kinds::watchdog::Counts::default();
     for line in std::fs::read(log).unwrap().split(|&b| b == b'\n') {
         if !line.is_empty() {
             let rec = rea::audit::reader::parse_line(line).expect("a record");

@@ -22,8 +22,8 @@ use common::logs::{
     build, prev_of, rechain, replace_once, seq_of, verify, with_prev, with_seq, write_lines,
     BuiltLog, LogOpts, Verified,
 };
-use rea::audit::record::{Event, InnerAlarm, RequestReceived, StopReason};
 use rea::audit::AuditWriter;
+use rea::kinds::watchdog::{Event, InnerAlarm, RequestReceived, StopReason};
 use rea::log::chain;
 use rea::log::writer::MAX_LINE;
 use rea::protocol::Op;

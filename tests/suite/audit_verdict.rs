@@ -8,7 +8,7 @@ use std::fs;
 use std::path::Path;
 
 use common::logs::{build, read_lines, replace_once, verify, write_lines, LogOpts};
-use rea::audit::record::{Receipt, StopReason};
+use rea::kinds::watchdog::{Receipt, StopReason};
 
 /// A staging directory as the controller would have it: an unpacked runtime.
 fn staging_dir(root: &Path) -> std::path::PathBuf {
@@ -391,7 +391,7 @@ fn receipt_with_another_stop_reason_is_tampered() {
     // A closed receipt over a stop: the stop records contradict it.
     let log = build(&LogOpts {
         tweak_receipt: Some(|r| {
-            r.outcome = rea::audit::record::Outcome::Closed;
+            r.outcome = rea::kinds::watchdog::Outcome::Closed;
             r.stop_reason = None;
         }),
         ..LogOpts::stopped("claims-closed", StopReason::Deadline)

@@ -30,7 +30,7 @@ use common::harness::*;
 use common::raw::*;
 use common::stop::*;
 use nix::sys::signal::Signal;
-use rea::audit::record::Ident;
+use rea::kinds::watchdog::Ident;
 use rea::process::identity::read_stat;
 use serde_json::Value;
 

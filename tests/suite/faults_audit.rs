@@ -19,7 +19,7 @@ use common::harness::output_within;
 use common::logs::{
     build, rea_audit, rechain, replace_once, verify, with_seq, write_lines, BuiltLog, LogOpts,
 };
-use rea::audit::record::StopReason;
+use rea::kinds::watchdog::StopReason;
 use serde_json::Value;
 
 type Lines = Vec<Vec<u8>>;

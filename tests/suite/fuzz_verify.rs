@@ -19,11 +19,11 @@ use common::harness::output_within;
 use common::logs::{build, LogOpts};
 use proptest::prelude::*;
 use rea::audit::reader::parse_line;
-use rea::audit::record::{
+use rea::audit::verify::{verify_bytes, VerifyOptions};
+use rea::kinds::watchdog::{
     Bounds, Event, Ident, Mode, Outcome, Proc, Receipt, RootBound, RootSource, RunStarted, Sig,
     SignalSweep, Stage, StopCompleted, StopPriority, StopReason, StopTriggered, TempRootRemoved,
 };
-use rea::audit::verify::{verify_bytes, VerifyOptions};
 use rea::process::identity;
 
 fn long() -> bool {

@@ -39,6 +39,7 @@ mod framer_props;
 mod fuzz_verify;
 mod generate;
 mod holders;
+mod layout;
 mod parser;
 mod python_client;
 mod reconcile;

@@ -16,10 +16,10 @@ use common::schema::{
     assert_verdict_matches_schema, record_validator, reply_validator, request_validator,
     schema_dir, schema_errors, verdict_validator,
 };
-use rea::audit::record::*;
 use rea::audit::verdict::{Code, Reason, Status as VStatus, Verdict};
 use rea::audit::verify::{verify_bytes, verify_file, VerifyOptions};
 use rea::audit::{AuditWriter, Event};
+use rea::kinds::watchdog::*;
 use rea::protocol::{
     parse_request, Caller, Capture, Op, RefusalReason, Reply, Request, StreamReply,
 };
@@ -570,11 +570,11 @@ fn every_kind_events() -> Vec<Event> {
             detail: "start time 8413150 became 8419001".into(),
         }));
     }
-    ev.push(Event::ForeignMember(rea::audit::record::ForeignMember {
+    ev.push(Event::ForeignMember(rea::kinds::watchdog::ForeignMember {
         process: proc_(5001, 1, "hopper"),
         why: "ancestor pid 1 (init) started before the watchdog and is not it".into(),
     }));
-    ev.push(Event::Unkillable(rea::audit::record::Unkillable {
+    ev.push(Event::Unkillable(rea::kinds::watchdog::Unkillable {
         process: proc_(4140, 4120, "install.sh"),
         state: "D".into(),
         wchan: Some("request_wait_answer".into()),
@@ -1593,15 +1593,15 @@ fn readme_worked_example_verifies() {
 
 mod recovery {
     use super::*;
-    use rea::audit::record_group::{CheckedMember, RunIdSeen};
     use rea::audit::recover_log::{verify_recovery_file, RecoveryOptions};
-    use rea::process::alive::Liveness;
-    use rea::recover::log::RecoveryLog;
-    use rea::recover::record::{
+    use rea::kinds::group::{CheckedMember, RunIdSeen};
+    use rea::kinds::recovery::{
         Code as RCode, Outcome as ROutcome, Reason as RReason, RecoveryChecked, RecoveryDecided,
         RecoveryEvent, RecoveryFreeze, RecoveryGroupRemoved, RecoveryKilled, RecoveryMembers,
         RecoveryScan, RecoveryStaging, RecoveryStarted, ScanProc, WatchdogSeen, KINDS as RKINDS,
     };
+    use rea::process::alive::Liveness;
+    use rea::recover::log::RecoveryLog;
 
     /// Every recovery code; the `match` stops compiling when one is added.
     fn all_recovery_codes() -> Vec<RCode> {

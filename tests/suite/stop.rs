@@ -25,7 +25,7 @@ use common::raw;
 use common::reuse::force_pid_reuse;
 use common::stop::*;
 use nix::sys::signal::Signal;
-use rea::audit::record::{
+use rea::kinds::watchdog::{
     AskEnd, AskEnded, AskSpan, Event, Ident, Sig, SignalSweep, Stage, StopReason, Uncertainty,
 };
 use rea::process::identity::Stat;

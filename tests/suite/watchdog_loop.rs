@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::harness::*;
 use common::raw::*;
 use nix::sys::signal::Signal;
-use rea::audit::record::Ident;
+use rea::kinds::watchdog::Ident;
 use rea::process::pidfd::bind_ident;
 use serde_json::Value;
 use sha2::{Digest, Sha256};

@@ -12,8 +12,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use rea::audit::record::*;
 use rea::audit::AuditWriter;
+use rea::kinds::watchdog::*;
 
 // Only the record mix: this measures the writer itself, nothing counted.
 #[allow(dead_code)]

@@ -12,7 +12,7 @@
 
 use std::path::PathBuf;
 
-use rea::audit::record::*;
+use rea::kinds::watchdog::*;
 
 #[path = "../../tests/suite/common/counted.rs"]
 mod counted;

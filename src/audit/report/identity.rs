@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use super::html::{row, text};
 use super::verdict::{Checked, LogKind};
 use crate::audit::people::word;
-use crate::audit::record::{
+use crate::kinds::watchdog::{
     AskSpan, Containment, Event, GroupRemoved, Receipt, RootBound, RunStarted, StageArmed,
 };
 

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use super::html::{row, text};
 use crate::audit::people::cut;
-use crate::audit::record::{
+use crate::kinds::watchdog::{
     Event, HoldersScanned, Receipt, StagingInventoried, TempEntry, TempRootInventoried,
     TempRootRemoved,
 };

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use super::html::{esc, short, text};
 use super::timeline::{stage_word, Asker, Lane, Mark, MarkKind, Timeline};
-use crate::audit::record::Stage;
+use crate::kinds::watchdog::Stage;
 
 const WIDTH: f64 = 1240.0;
 const X0: f64 = 320.0;

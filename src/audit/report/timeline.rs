@@ -8,9 +8,9 @@
 use std::collections::HashMap;
 
 use crate::audit::people::cut;
-use crate::audit::record::{Event, Stage};
 pub(crate) use crate::audit::show::Asker;
 use crate::audit::show::Askers;
+use crate::kinds::watchdog::{Event, Stage};
 
 pub const MAX_LANES: usize = 200;
 pub const MAX_LANE_MARKS: usize = 32;
@@ -250,7 +250,7 @@ impl Timeline {
 
     /// A sweep is one mark however many parts it was written in: its
     /// targets are summed, its time is its first part's.
-    fn sweep(&mut self, at: u64, s: &crate::audit::record::SignalSweep) {
+    fn sweep(&mut self, at: u64, s: &crate::kinds::watchdog::SignalSweep) {
         let n = s.targets.len() as u64;
         let signals: Vec<String> = s.signals.iter().map(|g| g.name()).collect();
         match self.sweeps.get(&s.sweep) {

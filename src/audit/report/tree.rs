@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use super::html::text;
 use super::timeline::stage_word;
 use crate::audit::people::cut;
-use crate::audit::record::{Event, Stage};
+use crate::kinds::watchdog::{Event, Stage};
 
 pub const MAX_NODES: usize = 2000;
 /// Facts kept per process (signals, tags) before they are counted instead.

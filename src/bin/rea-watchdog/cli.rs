@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use rea::audit::record::Mode;
 use rea::contain::choice::ContainChoice;
-use rea::contain::mode::ContainRequest;
+use rea::kinds::mode::ContainRequest;
+use rea::kinds::watchdog::Mode;
 use rea::units::{parse_bytes, parse_duration, parse_positive_duration};
 use rea::vocab::{is_token, AskSpan, StopSignal};
 use rea::watchdog::config::{new_run_id, Config};

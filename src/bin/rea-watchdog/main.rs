@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
-use rea::audit::record::{Handover, Mode};
 use rea::client::{resolve_program, ClientError, Session, Submit};
+use rea::kinds::watchdog::{Handover, Mode};
 use rea::protocol::{RefusalReason, Reply};
 use rea::vocab::is_token;
 use rea::watchdog::modes::{

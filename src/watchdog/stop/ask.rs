@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use super::sweep::Part;
 use super::{Ask, StopHost, Stopper};
-use crate::audit::record::{AskEnd, AskSpan, Ident, Sig, Uncertainty};
+use crate::kinds::watchdog::{AskEnd, AskSpan, Ident, Sig, Uncertainty};
 use crate::process::pidfd::{bind_ident, BindError};
 
 impl Stopper {

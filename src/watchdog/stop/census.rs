@@ -15,7 +15,7 @@
 
 use super::group;
 use super::{StopHost, Stopper};
-use crate::audit::record::Proc;
+use crate::kinds::watchdog::Proc;
 use crate::process::identity::Stat;
 use crate::process::lineage::Lineage;
 use crate::process::pidfd::info_supported;

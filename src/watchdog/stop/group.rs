@@ -4,8 +4,8 @@
 
 use std::collections::HashSet;
 
-use crate::audit::record::{Event, GroupKill, GroupKillFailed};
 use crate::contain::group::ActionGroup;
+use crate::kinds::watchdog::{Event, GroupKill, GroupKillFailed};
 use crate::process::identity::{is_gone, read_stat, Stat};
 
 /// Adds the group's members the `/proc` closure did not find to `scan`.
@@ -42,7 +42,7 @@ pub fn kill_now(g: &ActionGroup) -> Option<Event> {
 
 #[cfg(test)]
 mod tests {
-    use crate::audit::record::{GroupKill, GROUP_KILL_NAMED};
+    use crate::kinds::watchdog::{GroupKill, GROUP_KILL_NAMED};
     use crate::log::writer::MAX_LINE;
 
     /// A fork bomb's group on a host whose `pid_max` is 4 194 304: 200 000

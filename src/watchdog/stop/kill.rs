@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::group;
 use super::{StopHost, Stopper};
-use crate::audit::record::Proc;
+use crate::kinds::watchdog::Proc;
 use crate::process::identity::{is_gone, read_stat};
 use crate::process::lineage::Lineage;
 use crate::process::scan::descendants_known;

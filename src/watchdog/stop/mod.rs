@@ -46,12 +46,12 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use crate::audit::record::{
+use crate::clock::millis;
+use crate::contain::group::ActionGroup;
+use crate::kinds::watchdog::{
     no_live_or_waitable, AskEnd, AskEnded, AskSpan, Event, ForeignMember, Ident, Proc, Sig, Stage,
     StopCompleted, StopReason, Uncertainty,
 };
-use crate::clock::millis;
-use crate::contain::group::ActionGroup;
 use crate::process::identity::Stat;
 use crate::process::lineage::Proven;
 use crate::process::pidfd::VerifiedPidFd;

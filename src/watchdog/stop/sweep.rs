@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use super::census::Census;
 use super::{StopHost, Stopper};
-use crate::audit::record::{Event, Link, Sig, SignalFailed, SignalSweep, Stage};
+use crate::kinds::watchdog::{Event, Link, Sig, SignalFailed, SignalSweep, Stage};
 use crate::process::identity::{read_stat, Stat};
 use crate::process::pidfd::{
     bind_member, bind_scanned_child, BindError, MemberError, VerifiedPidFd,
@@ -354,7 +354,7 @@ mod tests {
 
     use super::super::census::Census;
     use super::super::{StopHost, Stopper};
-    use crate::audit::record::{AskSpan, Event, Ident, StopReason, Uncertainty};
+    use crate::kinds::watchdog::{AskSpan, Event, Ident, StopReason, Uncertainty};
     use crate::log::writer::MAX_LINE;
     use crate::process::identity::{read_stat, Stat};
     use crate::process::reap::Peek;

@@ -11,10 +11,10 @@
 
 use std::path::Path;
 
-use rea::audit::record::{
+use rea::audit::AuditWriter;
+use rea::kinds::watchdog::{
     Counts, Event, JobExited, JobSpawned, Reaped, ReapedProc, RequestReceived, StreamSummary,
 };
-use rea::audit::AuditWriter;
 use rea::vocab::{Capture, Ident, Op, Sig, Status};
 
 /// An `AuditWriter` whose `counts` follow every record put through it.

@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use rea::audit::record::Ident;
+use rea::kinds::watchdog::Ident;
 use rea::process::pidfd::{bind_ident, bind_unwaited_child, BindError, VerifiedPidFd};
 use serde_json::Value;
 

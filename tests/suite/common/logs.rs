@@ -21,15 +21,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::counted::CountedLog;
-use rea::audit::record::Outcome;
-use rea::audit::record::{
+use rea::inventory;
+use rea::kinds::watchdog::Outcome;
+use rea::kinds::watchdog::{
     AskSpan, Bounds, DirIdentity, Event, Ident, JobExited, JobSpawned, Link, MappingUncertain,
     Mode, OutputCapped, Proc, Reaped, ReapedProc, Receipt, RequestReceived, RequestRefused,
     RootBound, RootSource, RunStarted, Sig, SignalSweep, Stage, Status, StopCompleted,
     StopPriority, StopReason, StopTriggered, Stream, StreamSummary, TempRootInventoried,
     TempRootRemoved, Uncertainty,
 };
-use rea::inventory;
 use rea::log::chain;
 use rea::process::identity;
 use rea::protocol::{Capture, Op, RefusalReason};

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
-use rea::audit::record::Ident;
+use rea::kinds::watchdog::Ident;
 use serde_json::Value;
 
 use super::harness::{records, PATIENCE};

@@ -7,7 +7,7 @@
 use std::process::{Child, Command, Stdio};
 
 use nix::sys::signal::Signal;
-use rea::audit::record::Ident;
+use rea::kinds::watchdog::Ident;
 use rea::process::identity::{read_stat, Stat};
 use rea::process::pidfd::{bind_unwaited_child, VerifiedPidFd};
 

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, ChildStdout, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rea::audit::record::Ident;
+use rea::kinds::watchdog::Ident;
 use serde_json::Value;
 
 use super::harness::*;

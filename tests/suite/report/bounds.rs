@@ -3,7 +3,7 @@
 
 use crate::common;
 use common::logs::{build, read_lines, rechain, replace_once, verify, write_lines, LogOpts};
-use rea::audit::record::StopReason;
+use rea::kinds::watchdog::StopReason;
 
 fn with_mono(line: &[u8], mono: u64) -> Vec<u8> {
     let s = std::str::from_utf8(line).unwrap();

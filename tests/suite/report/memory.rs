@@ -9,7 +9,7 @@ use std::process::Command;
 use crate::common;
 use common::counted::{launcher_job, CountedLog};
 use common::harness::*;
-use rea::audit::record::*;
+use rea::kinds::watchdog::*;
 
 fn start(me: Ident) -> Event {
     Event::RunStarted(RunStarted {

@@ -1,4 +1,4 @@
-//! Audit record kinds and their typed `data`.
+//! The watchdog's audit record kinds and their typed `data`.
 //!
 //! Every record is `{"v","run","seq","ts","mono_ns","kind","prev","data"}` on
 //! one line. `data` is typed per `kind`; every struct denies unknown fields,
@@ -8,16 +8,14 @@
 use serde::{Deserialize, Serialize};
 
 use crate::holders::HolderScan;
-
 use crate::vocab::{Capture, Op, RefusalReason};
 
-pub use super::record_stop::{StopPriority, StopTriggered};
-
-pub use super::record_group::{
+pub use super::group::{
     ContainMode, ContainRequest, Containment, ForeignMember, GroupIdentity, GroupKill,
     GroupKillFailed, GroupMember, GroupRemoved, GroupSeen, GroupState, Unkillable,
     GROUP_KILL_NAMED,
 };
+pub use super::stop::{StopPriority, StopTriggered};
 
 /// Record format version (`v`).
 pub const RECORD_VERSION: u32 = 1;
@@ -559,6 +557,9 @@ macro_rules! events {
         }
     };
 }
+
+/// The watchdog's audit log: the chained log of [`Event`]s.
+pub type AuditWriter = crate::log::ChainWriter<Event>;
 
 /// `Event`'s `data` as a value to serialise inside the record envelope.
 pub(crate) struct EventData<'a>(&'a Event);

@@ -16,12 +16,12 @@
 //! `cgroup.kill` was written, the group is not populated, it was removed,
 //! and no live process outside it carries the run's `REA_RUN_ID`.
 
-use super::record::{
+use super::recovery::{
     Code, RecoveryChecked, RecoveryGroupRemoved, RecoveryKilled, RecoveryMembers, RecoveryScan,
     RecoveryStarted,
 };
-use crate::audit::record::GroupState;
-use crate::audit::record_group::UnprovenMember;
+use crate::kinds::group::UnprovenMember;
+use crate::kinds::watchdog::GroupState;
 use crate::process::alive::Liveness;
 
 /// The first refusal the facts give, if any.

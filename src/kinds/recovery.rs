@@ -16,10 +16,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::audit::record::{
+use crate::kinds::group::CheckedMember;
+use crate::kinds::watchdog::{
     Containment, DirIdentity, GroupIdentity, GroupMember, GroupSeen, Ident, StagingInventoried,
 };
-use crate::audit::record_group::CheckedMember;
 use crate::process::alive::Liveness;
 
 /// `v` of every record.

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::vocab::Proc;
 
-pub use crate::contain::mode::{ContainMode, ContainRequest};
+pub use crate::kinds::mode::{ContainMode, ContainRequest};
 
 /// The action's group: its path and inode (= the cgroup id).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
