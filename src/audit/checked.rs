@@ -4,17 +4,21 @@
 //! `rea-audit report` and `rea-audit show` judge a log through it, on the
 //! bytes their one descriptor reads ([`super::passes`]).
 //!
-//! The three verdict objects differ in shape; they are read as their
-//! `--json` form (a `serde_json::Value`), so a reason is a reason whichever
-//! verifier gave it.
+//! The three verdicts differ in shape; [`Checked`] holds whichever it is,
+//! typed, and answers what every reader of a verdict asks (the exit code,
+//! the head, the run, the reasons) from its fields, so that a reason is a
+//! reason whichever verifier gave it.
 
 use std::io::Read;
 use std::path::PathBuf;
 
-use serde_json::Value;
+use serde::Serialize;
 
-use super::recover_log::{is_recovery_start, verify_recovery_reader, RecoveryOptions};
-use super::stage_log::{is_stage_start, verify_stage_reader};
+use super::recover_log::{
+    is_recovery_start, verify_recovery_reader, RecoveryOptions, RecoveryVerdict,
+};
+use super::stage_log::{is_stage_start, verify_stage_reader, StageVerdict};
+use super::verdict::Verdict;
 use super::verify::{verify_reader, VerifyOptions};
 
 /// Which verifier read the log.
@@ -25,19 +29,48 @@ pub enum LogKind {
     Recovery,
 }
 
-/// The verdict, as `verify --json` prints it, and the log's kind.
-pub struct Checked {
-    pub kind: LogKind,
-    pub verdict: Value,
+/// The verdict of whichever verifier read the log, typed.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum Checked {
+    Watchdog(Verdict),
+    Discard(StageVerdict),
+    Recovery(RecoveryVerdict),
+}
+
+/// One reason, whichever verifier gave it: its code as `--json` spells
+/// it, the line it is about, what exactly.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReasonLine {
+    pub code: String,
+    pub line: Option<u64>,
+    pub detail: String,
+}
+
+/// A code as `--json` spells it (its serde name).
+fn spelled<T: Serialize>(code: &T) -> String {
+    match serde_json::to_value(code) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => "?".into(),
+    }
 }
 
 impl Checked {
-    /// verify's exit status for this log (4 when the object lacks one).
+    pub fn kind(&self) -> LogKind {
+        match self {
+            Checked::Watchdog(_) => LogKind::Watchdog,
+            Checked::Discard(_) => LogKind::Discard,
+            Checked::Recovery(_) => LogKind::Recovery,
+        }
+    }
+
+    /// verify's exit status for this log.
     pub fn exit_code(&self) -> i32 {
-        self.verdict["exit_code"]
-            .as_i64()
-            .unwrap_or(4)
-            .clamp(0, 255) as i32
+        match self {
+            Checked::Watchdog(v) => v.exit_code,
+            Checked::Discard(v) => v.exit_code,
+            Checked::Recovery(v) => v.exit_code,
+        }
     }
 
     /// A log that is not what its writer wrote (or changed under us):
@@ -47,30 +80,97 @@ impl Checked {
     }
 
     pub fn head(&self) -> Option<&str> {
-        self.verdict["head"].as_str()
+        match self {
+            Checked::Watchdog(v) => v.head.as_deref(),
+            Checked::Discard(v) => v.head.as_deref(),
+            Checked::Recovery(v) => v.head.as_deref(),
+        }
     }
 
     pub fn run(&self) -> Option<&str> {
-        self.verdict["run"].as_str()
+        match self {
+            Checked::Watchdog(v) => v.run.as_deref(),
+            Checked::Discard(v) => v.run.as_deref(),
+            Checked::Recovery(v) => v.run.as_deref(),
+        }
     }
 
-    /// Every reason, as (code, line, detail), whichever key the verifier
-    /// uses for them (`reasons`, `problems`, `refusals`).
-    pub fn reasons(&self) -> Vec<(String, Option<u64>, String)> {
-        let mut out = Vec::new();
-        for key in ["reasons", "problems", "refusals"] {
-            for r in self.verdict[key].as_array().into_iter().flatten() {
-                let code = match (&r["code"], &r["reason"]) {
-                    (Value::String(c), _) | (_, Value::String(c)) => c.clone(),
-                    (Value::Null, Value::Null) => "?".into(),
-                    (c, Value::Null) => c.to_string(),
-                    (_, c) => c.to_string(),
-                };
-                let detail = r["detail"].as_str().unwrap_or("").to_string();
-                out.push((code, r["line"].as_u64(), detail));
-            }
+    /// Complete lines verify read.
+    pub fn records(&self) -> u64 {
+        match self {
+            Checked::Watchdog(v) => v.records,
+            Checked::Discard(v) => v.records,
+            Checked::Recovery(v) => v.records,
         }
-        out
+    }
+
+    /// Whether the log ends with its writer's last record (a discard log
+    /// has no such word: `None`).
+    pub fn sealed(&self) -> Option<bool> {
+        match self {
+            Checked::Watchdog(v) => Some(v.sealed),
+            Checked::Discard(_) => None,
+            Checked::Recovery(v) => Some(v.sealed),
+        }
+    }
+
+    /// The decision, as `--json` spells it: `delete_allowed` or `retain`,
+    /// or for a discard log its result (`discarded`, `refused`, ...).
+    pub fn decision(&self) -> String {
+        match self {
+            Checked::Watchdog(v) => spelled(&v.verdict),
+            Checked::Discard(v) => spelled(&v.result),
+            Checked::Recovery(v) => spelled(&v.verdict),
+        }
+    }
+
+    /// Why, in one word: the status (`retain`, `incomplete`, `tampered`,
+    /// ...), or a discard log's result.
+    pub fn status(&self) -> String {
+        match self {
+            Checked::Watchdog(v) => spelled(&v.status),
+            Checked::Discard(v) => spelled(&v.result),
+            Checked::Recovery(v) => spelled(&v.status),
+        }
+    }
+
+    /// The stage a discard log is of.
+    pub fn stage(&self) -> Option<&str> {
+        match self {
+            Checked::Discard(v) => v.stage.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Every reason: a discard log's problems, then its refusals.
+    pub fn reasons(&self) -> Vec<ReasonLine> {
+        let line = |code: String, line, detail: &str| ReasonLine {
+            code,
+            line,
+            detail: detail.to_string(),
+        };
+        match self {
+            Checked::Watchdog(v) => v
+                .reasons
+                .iter()
+                .map(|r| line(spelled(&r.code), r.line, &r.detail))
+                .collect(),
+            Checked::Discard(v) => v
+                .problems
+                .iter()
+                .map(|p| line(spelled(&p.code), p.line, &p.detail))
+                .chain(
+                    v.refusals
+                        .iter()
+                        .map(|r| line(spelled(&r.code), None, &r.detail)),
+                )
+                .collect(),
+            Checked::Recovery(v) => v
+                .reasons
+                .iter()
+                .map(|r| line(spelled(&r.code), r.line, &r.detail))
+                .collect(),
+        }
     }
 }
 
@@ -85,33 +185,29 @@ pub fn check<R: Read>(
     staging: Option<&PathBuf>,
     expect_head: Option<&str>,
 ) -> Result<Checked, String> {
-    let (kind, verdict) = if is_stage_start(first) {
+    if is_stage_start(first) {
         if staging.is_some() {
             return Err("--staging does not apply to a discard log (rea-stage discard)".into());
         }
-        let v = verify_stage_reader(log, name, expect_head, None);
-        (LogKind::Discard, serde_json::to_value(v))
-    } else if is_recovery_start(first) {
+        return Ok(Checked::Discard(verify_stage_reader(
+            log,
+            name,
+            expect_head,
+            None,
+        )));
+    }
+    if is_recovery_start(first) {
         let opts = RecoveryOptions {
             expect_head: expect_head.map(str::to_string),
             expect_run: None,
             staging: staging.cloned(),
         };
-        (
-            LogKind::Recovery,
-            serde_json::to_value(verify_recovery_reader(log, name, &opts)),
-        )
-    } else {
-        let opts = VerifyOptions {
-            expect_head: expect_head.map(str::to_string),
-            expect_run: None,
-            staging: staging.cloned(),
-        };
-        (
-            LogKind::Watchdog,
-            serde_json::to_value(verify_reader(log, name, &opts)),
-        )
+        return Ok(Checked::Recovery(verify_recovery_reader(log, name, &opts)));
+    }
+    let opts = VerifyOptions {
+        expect_head: expect_head.map(str::to_string),
+        expect_run: None,
+        staging: staging.cloned(),
     };
-    let verdict = verdict.map_err(|e| format!("cannot make the verdict: {e}"))?;
-    Ok(Checked { kind, verdict })
+    Ok(Checked::Watchdog(verify_reader(log, name, &opts)))
 }

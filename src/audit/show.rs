@@ -4,6 +4,7 @@
 //! every line it prints goes through [`people::escape`]: argv, comm, ids and
 //! details are chosen by jobs and never reach the terminal raw.
 
+use super::checked::Checked;
 use super::people::{self, cut, word};
 use super::reader::{parse_line, read_lines, Piece, Wire};
 use crate::kinds::watchdog::{AskEnd, Event, HoldersScanned, Ident, JobSpawned, Proc, TempEntry};
@@ -513,46 +514,36 @@ pub fn timeline(data: &[u8]) -> String {
 /// watchdog log's, a discard log's, a recovery log's), the run and when
 /// it started (the first record's wall clock), the head, and the reasons.
 /// Unescaped: the caller escapes them with the timeline.
-pub fn header(log: &str, verdict: &serde_json::Value, started: Option<&str>) -> Vec<String> {
+pub fn header(log: &str, verdict: &Checked, started: Option<&str>) -> Vec<String> {
     const SHOWN: usize = 10;
-    let text = |k: &str| verdict[k].as_str().map(str::to_string);
-    let decision = text("verdict")
-        .or_else(|| text("result"))
-        .unwrap_or_else(|| "?".into());
-    let status = text("status").filter(|s| *s != decision);
+    let decision = verdict.decision();
+    let status = Some(verdict.status()).filter(|s| *s != decision);
     let mut out = vec![format!("log       {log}")];
     out.push(format!(
         "verdict   {decision}{} (verify's exit status {})",
         status.map(|s| format!(": {s}")).unwrap_or_default(),
-        verdict["exit_code"]
+        verdict.exit_code()
     ));
     out.push(format!(
         "run       {}{}",
-        text("run").unwrap_or_else(|| "unknown".into()),
+        verdict.run().unwrap_or("unknown"),
         started
             .map(|t| format!(", started {t}"))
             .unwrap_or_default()
     ));
-    let sealed = match verdict["sealed"].as_bool() {
+    let sealed = match verdict.sealed() {
         Some(true) => " (sealed)",
         Some(false) => " (not sealed)",
         None => "",
     };
     out.push(format!(
         "head      {}{sealed}",
-        text("head").unwrap_or_else(|| "none (no complete line)".into())
+        verdict.head().unwrap_or("none (no complete line)")
     ));
     let mut reasons: Vec<String> = Vec::new();
-    for key in ["reasons", "problems", "refusals"] {
-        for r in verdict[key].as_array().into_iter().flatten() {
-            let code = r["code"].as_str().or(r["reason"].as_str()).unwrap_or("?");
-            let at = r["line"]
-                .as_u64()
-                .map(|l| format!(" at line {l}"))
-                .unwrap_or_default();
-            let detail = r["detail"].as_str().unwrap_or("");
-            reasons.push(format!("{code}{at}: {detail}"));
-        }
+    for r in verdict.reasons() {
+        let at = r.line.map(|l| format!(" at line {l}")).unwrap_or_default();
+        reasons.push(format!("{}{at}: {}", r.code, r.detail));
     }
     let total = reasons.len();
     for (i, r) in reasons.into_iter().take(SHOWN).enumerate() {

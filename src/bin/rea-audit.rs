@@ -467,11 +467,11 @@ fn show(path: &std::path::Path, json: bool) -> ExitCode {
         Err(e) => return unreadable(&e),
     };
     let verdict = match log.pass(|r| check(r, &start, &name, None, None)) {
-        Ok(Ok(c)) => c.verdict,
+        Ok(Ok(c)) => c,
         Ok(Err(e)) => return usage(&e),
         Err(e) => return unreadable(&e),
     };
-    let code = verdict["exit_code"].as_u64().unwrap_or(4).min(255) as u8;
+    let code = verdict.exit_code().clamp(0, 255) as u8;
     // Unfinished: its watchdog may still be appending (see `passes`).
     let still_written = code == 2;
     let first = started(&start[..]);

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use super::html::{row, text};
-use super::verdict::{Checked, LogKind};
+use super::verdict::Checked;
 use crate::audit::people::word;
 use crate::kinds::watchdog::{
     AskSpan, Containment, Event, GroupRemoved, Receipt, RootBound, RunStarted, StageArmed,
@@ -58,12 +58,11 @@ impl Identity {
 
     /// The facts table (`log` is the path as given).
     pub fn render(&self, c: &Checked, log: &str) -> String {
-        let v = &c.verdict;
         let mut t = String::from("<table class=\"facts\">\n");
         let run = c.run().or(self.run.as_deref()).unwrap_or("unknown");
         row(&mut t, "run", &format!("<code>{}</code>", text(run)));
         row(&mut t, "log", &format!("<code>{}</code>", text(log)));
-        let sealed = match v["sealed"].as_bool() {
+        let sealed = match c.sealed() {
             Some(true) => " (sealed)",
             Some(false) => " (not sealed)",
             None => "",
@@ -72,11 +71,7 @@ impl Identity {
             format!("<code>{}</code>", text(h))
         });
         row(&mut t, "head", &format!("{head}{sealed}"));
-        row(
-            &mut t,
-            "records",
-            &v["records"].as_u64().map_or("?".into(), |n| n.to_string()),
-        );
+        row(&mut t, "records", &c.records().to_string());
         if let Some(ts) = &self.first_ts {
             row(&mut t, "started (wall clock)", &text(ts));
         }
@@ -91,23 +86,23 @@ impl Identity {
                 ),
             );
         }
-        match c.kind {
-            LogKind::Watchdog => self.watchdog_rows(&mut t),
-            LogKind::Discard => {
+        match c {
+            Checked::Watchdog(_) => self.watchdog_rows(&mut t),
+            Checked::Discard(v) => {
                 row(&mut t, "kind", "discard log (rea-stage discard)");
-                row(&mut t, "stage", &text(v["stage"].as_str().unwrap_or("?")));
+                row(&mut t, "stage", &text(v.stage.as_deref().unwrap_or("?")));
             }
-            LogKind::Recovery => {
+            Checked::Recovery(v) => {
                 row(&mut t, "kind", "recovery log (rea-watchdog recover)");
                 row(
                     &mut t,
                     "recovered log",
-                    &text(v["recovered_log"].as_str().unwrap_or("?")),
+                    &text(v.recovered_log.as_deref().unwrap_or("?")),
                 );
                 row(
                     &mut t,
                     "recovered run",
-                    &text(v["recovered_run"].as_str().unwrap_or("?")),
+                    &text(v.recovered_run.as_deref().unwrap_or("?")),
                 );
             }
         }

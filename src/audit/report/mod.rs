@@ -136,7 +136,7 @@ fn rows(facts: &Facts) -> u64 {
 /// (Both passes' bytes are compared in full by `source`; this is the
 /// verdict's own word against them.) `Some(why)` when not.
 fn disagrees(c: &Checked, facts: &Facts, verify_newlines: Option<u64>) -> Option<String> {
-    let lines = c.verdict["records"].as_u64();
+    let lines = Some(c.records());
     let mine = facts
         .last
         .as_ref()
@@ -197,17 +197,17 @@ fn top(opts: &Options, c: &Checked, facts: &Facts) -> String {
     s.push_str(&facts.identity.render(c, &log));
     s.push_str("</section>\n");
     s.push_str(&section("timeline", "Timeline", untrusted));
-    if c.kind == LogKind::Watchdog {
+    if c.kind() == LogKind::Watchdog {
         s.push_str(&timeline_section(&facts.timeline));
     } else {
-        s.push_str(&not_watchdog(c.kind));
+        s.push_str(&not_watchdog(c.kind()));
     }
     s.push_str("</section>\n");
     s.push_str(&section("tree", "The process tree of the stop", untrusted));
-    if c.kind == LogKind::Watchdog {
+    if c.kind() == LogKind::Watchdog {
         s.push_str(&facts.tree.render());
     } else {
-        s.push_str(&not_watchdog(c.kind));
+        s.push_str(&not_watchdog(c.kind()));
     }
     s.push_str("</section>\n");
     s.push_str(&section("staging", "Staging directory", untrusted));
@@ -325,7 +325,7 @@ fn write_page<W: Write>(
     let failed = |e: io::Error| Failure::Write(format!("the page: {e}"));
     out.write_all(top(opts, c, facts).as_bytes())
         .map_err(failed)?;
-    let flagged: Vec<u64> = c.reasons().iter().filter_map(|r| r.1).take(64).collect();
+    let flagged: Vec<u64> = c.reasons().iter().filter_map(|r| r.line).take(64).collect();
     let total = facts.lines + u64::from(facts.torn);
     log.pass(|r| records::write_table(r, out, &flagged, total))
         .map_err(|e| Failure::Read(format!("{name}: {e}")))?
@@ -369,7 +369,7 @@ pub fn run(opts: &Options) -> Result<i32, Failure> {
         .map_err(|e| read_failed(&e))?
         .map_err(Failure::Usage)?;
     if c.exit_code() == 4 {
-        let why: Vec<String> = c.reasons().into_iter().map(|r| r.2).collect();
+        let why: Vec<String> = c.reasons().into_iter().map(|r| r.detail).collect();
         return Err(Failure::Read(format!("{name}: {}", why.join("; "))));
     }
     // Pass 2: the drawings.

@@ -10,7 +10,7 @@
 use std::fmt::Write as _;
 
 use super::html::{esc, text};
-pub use crate::audit::checked::{Checked, LogKind};
+pub use crate::audit::checked::{Checked, LogKind, ReasonLine};
 
 /// Reasons listed in the banner; a log can give thousands (the verifier
 /// caps its own list, this keeps the banner readable on paper too).
@@ -33,16 +33,8 @@ pub struct Context {
 /// of the table where the table has one. Without a pinned head, the
 /// banner says what only a pinned head would catch.
 pub fn banner(c: &Checked, cx: &Context) -> String {
-    let v = &c.verdict;
-    let word = |k: &str| v[k].as_str().unwrap_or("").to_string();
-    let decision = match word("verdict") {
-        w if w.is_empty() => word("result"),
-        w => w,
-    };
-    let status = match (word("status"), word("result")) {
-        (s, _) if !s.is_empty() => s,
-        (_, r) => r,
-    };
+    let decision = c.decision();
+    let status = c.status();
     let code = c.exit_code();
     let (class, title) = match code {
         0 => (
@@ -67,7 +59,7 @@ pub fn banner(c: &Checked, cx: &Context) -> String {
         "<p>verdict <b>{}</b>, status <b>{}</b>: <code>rea-audit verify</code> exits {code} for this log{}.</p>",
         text(&decision),
         text(&status),
-        match c.kind {
+        match c.kind() {
             LogKind::Watchdog => "",
             LogKind::Discard => " (a discard log, written by rea-stage discard)",
             LogKind::Recovery => " (a recovery log, written by rea-watchdog recover)",
@@ -97,7 +89,7 @@ re-chained would look the same.</b> Give the head the watchdog printed when it s
     let reasons = c.reasons();
     if !reasons.is_empty() {
         s.push_str("<ul class=\"reasons\">\n");
-        for (code, line, detail) in reasons.iter().take(SHOWN) {
+        for ReasonLine { code, line, detail } in reasons.iter().take(SHOWN) {
             // A link to the row of the table below (a fragment: no
             // request), where the table has that row.
             let at = match line {
