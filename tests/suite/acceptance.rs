@@ -324,9 +324,7 @@ fn assert_only_staging_unchecked(r: &Rehearsal) {
 
 #[test]
 fn rehearse_success_three_launchers_delete_allowed() {
-    if skip_outside_pid_ns("rehearse_success") {
-        return;
-    }
+    require_pid_ns!("rehearse_success");
     let sibling = Sibling::start();
     let mut r = rehearse("success", &[]);
     assert_eq!(r.code, Some(0), "{}", r.explain());
@@ -385,9 +383,7 @@ fn rehearse_success_three_launchers_delete_allowed() {
 
 #[test]
 fn rehearse_timeout_stops_phase_and_nested_launcher() {
-    if skip_outside_pid_ns("rehearse_timeout") {
-        return;
-    }
+    require_pid_ns!("rehearse_timeout");
     let sibling = Sibling::start();
     let mut r = rehearse("timeout", &[]);
     assert_eq!(r.code, Some(0), "{}", r.explain());
@@ -442,9 +438,7 @@ fn rehearse_timeout_stops_phase_and_nested_launcher() {
 
 #[test]
 fn rehearse_escape_setsid_escapee_is_abandoned_and_stopped() {
-    if skip_outside_pid_ns("rehearse_escape") {
-        return;
-    }
+    require_pid_ns!("rehearse_escape");
     let sibling = Sibling::start();
     let mut r = rehearse("escape", &[]);
     assert_eq!(r.code, Some(0), "{}", r.explain());
@@ -486,9 +480,7 @@ fn rehearse_escape_setsid_escapee_is_abandoned_and_stopped() {
 
 #[test]
 fn rehearse_controller_kill_watchdog_stops_reaps_and_retains() {
-    if skip_outside_pid_ns("rehearse_controller_kill") {
-        return;
-    }
+    require_pid_ns!("rehearse_controller_kill");
     let sibling = Sibling::start();
     let mut r = rehearse("controller-kill", &[]);
     assert_eq!(r.code, Some(0), "{}", r.explain());
@@ -542,9 +534,7 @@ fn rehearse_controller_kill_watchdog_stops_reaps_and_retains() {
 
 #[test]
 fn rehearse_watchdog_loss_no_receipt_retained() {
-    if skip_outside_pid_ns("rehearse_watchdog_loss") {
-        return;
-    }
+    require_pid_ns!("rehearse_watchdog_loss");
     let sibling = Sibling::start();
     let mut r = rehearse("watchdog-loss", &[]);
     assert_eq!(r.code, Some(0), "{}", r.explain());
@@ -573,9 +563,7 @@ fn rehearse_watchdog_loss_no_receipt_retained() {
 /// log.
 #[test]
 fn rehearse_upload_failed_discards_the_untouched_stage() {
-    if skip_outside_pid_ns("rehearse_upload_failed") {
-        return;
-    }
+    require_pid_ns!("rehearse_upload_failed");
     let sibling = Sibling::start();
     let r = rehearse("upload-failed", &[]);
     assert_eq!(r.code, Some(0), "{}", r.explain());
@@ -612,9 +600,7 @@ fn rehearse_upload_failed_discards_the_untouched_stage() {
 /// watchdog's exit 0 *and* delete_allowed let the stage go.
 #[test]
 fn rehearse_response_lost_reconciles_running_then_closes() {
-    if skip_outside_pid_ns("rehearse_response_lost") {
-        return;
-    }
+    require_pid_ns!("rehearse_response_lost");
     let sibling = Sibling::start();
     let mut r = rehearse("response-lost", &[]);
     assert_eq!(r.code, Some(0), "{}", r.explain());
@@ -643,9 +629,7 @@ fn rehearse_response_lost_reconciles_running_then_closes() {
 /// says retain and the stage stays.
 #[test]
 fn rehearse_response_and_watchdog_lost_is_a_review() {
-    if skip_outside_pid_ns("rehearse_response_and_watchdog_lost") {
-        return;
-    }
+    require_pid_ns!("rehearse_response_and_watchdog_lost");
     let sibling = Sibling::start();
     let mut r = rehearse("response-and-watchdog-lost", &[]);
     assert_eq!(r.code, Some(0), "{}", r.explain());
@@ -750,9 +734,7 @@ fn assert_same_argv(members: &[Member], sibling: &Sibling) {
 
 #[test]
 fn hopper_sibling_survives_success() {
-    if skip_outside_pid_ns("hopper_sibling_survives_success") {
-        return;
-    }
+    require_pid_ns!("hopper_sibling_survives_success");
     let sibling = Sibling::start();
     let mut w = Watchdog::start(&[]);
     // env(1) execs python with exactly the sibling's argv; the variable
@@ -785,9 +767,7 @@ fn hopper_sibling_survives_success() {
 
 #[test]
 fn hopper_sibling_survives_cancellation() {
-    if skip_outside_pid_ns("hopper_sibling_survives_cancellation") {
-        return;
-    }
+    require_pid_ns!("hopper_sibling_survives_cancellation");
     let sibling = Sibling::start();
     let mut w = Watchdog::start(&[]);
     let mut oracle = Oracle::new(&w.scratch, "oracle");
@@ -811,9 +791,7 @@ fn hopper_sibling_survives_cancellation() {
 
 #[test]
 fn hopper_sibling_survives_timeout() {
-    if skip_outside_pid_ns("hopper_sibling_survives_timeout") {
-        return;
-    }
+    require_pid_ns!("hopper_sibling_survives_timeout");
     let sibling = Sibling::start();
     let mut w = Watchdog::start(&[]);
     let mut oracle = Oracle::new(&w.scratch, "oracle");
@@ -833,9 +811,7 @@ fn hopper_sibling_survives_timeout() {
 
 #[test]
 fn hopper_sibling_survives_verifier_failure() {
-    if skip_outside_pid_ns("hopper_sibling_survives_verifier_failure") {
-        return;
-    }
+    require_pid_ns!("hopper_sibling_survives_verifier_failure");
     let sibling = Sibling::start();
     let mut w = Watchdog::start(&[]);
     let mut oracle = Oracle::new(&w.scratch, "oracle");
@@ -881,9 +857,7 @@ fn hopper_sibling_survives_verifier_failure() {
 
 #[test]
 fn hopper_sibling_survives_forced_cleanup() {
-    if skip_outside_pid_ns("hopper_sibling_survives_forced_cleanup") {
-        return;
-    }
+    require_pid_ns!("hopper_sibling_survives_forced_cleanup");
     let sibling = Sibling::start();
     let mut w = Watchdog::start(&[]);
     let mut oracle = Oracle::new(&w.scratch, "oracle");
@@ -1019,9 +993,7 @@ impl Controller {
 
 #[test]
 fn hopper_sibling_survives_controller_death() {
-    if skip_outside_pid_ns("hopper_sibling_survives_controller_death") {
-        return;
-    }
+    require_pid_ns!("hopper_sibling_survives_controller_death");
     let sibling = Sibling::start();
     let scratch = Scratch::new();
     let mut oracle = Oracle::new(&scratch, "oracle");
@@ -1050,9 +1022,7 @@ fn finished_action() -> Watchdog {
 
 #[test]
 fn verify_fails_closed_on_missing_foreign_or_moved_metadata() {
-    if skip_outside_pid_ns("verify_fails_closed") {
-        return;
-    }
+    require_pid_ns!("verify_fails_closed");
     let a = finished_action();
     let b = finished_action();
     let head_a = a.head().unwrap();
@@ -1134,9 +1104,7 @@ fn client_fails(state_dir: &Path, sub: &str, extra: &[&str]) -> String {
 
 #[test]
 fn clients_fail_closed_on_stale_or_foreign_state_dirs() {
-    if skip_outside_pid_ns("clients_fail_closed") {
-        return;
-    }
+    require_pid_ns!("clients_fail_closed");
     let sibling = Sibling::start();
     let w = finished_action();
     let marker = w.scratch.path("launched");
@@ -1256,9 +1224,7 @@ fn python_client_deletes_only_on_exit_0_and_delete_allowed() {
 
 #[test]
 fn cleanup_is_idempotent_one_receipt() {
-    if skip_outside_pid_ns("cleanup_is_idempotent") {
-        return;
-    }
+    require_pid_ns!("cleanup_is_idempotent");
     let sibling = Sibling::start();
     let mut w = Watchdog::start(&[]);
     let mut oracle = Oracle::new(&w.scratch, "oracle");
@@ -1307,9 +1273,7 @@ fn cleanup_is_idempotent_one_receipt() {
 
 #[test]
 fn stale_caller_identity_is_refused_even_after_pid_reuse() {
-    if skip_outside_pid_ns("stale_caller_identity_is_refused") {
-        return;
-    }
+    require_pid_ns!("stale_caller_identity_is_refused");
     let mut w = Watchdog::start(&[]);
     let marker = w.scratch.path("launched");
     let touch = ["/usr/bin/touch", s(&marker)];
@@ -1426,9 +1390,7 @@ fn files_under(dir: &Path, skip: &Path, out: &mut Vec<PathBuf>) {
 
 #[test]
 fn discarded_stderr_never_reaches_log_receipt_or_replies() {
-    if skip_outside_pid_ns("discarded_stderr") {
-        return;
-    }
+    require_pid_ns!("discarded_stderr");
     let mut w = Watchdog::start(&[]);
     let secret = format!(
         "REA-SECRET-{:x}-{}",
@@ -1581,9 +1543,7 @@ fn bwrapped_tree(prefix: &[String], oracle: &Oracle) -> Vec<String> {
 
 #[test]
 fn bwrap_job_stopped_cleanly_on_timeout() {
-    if skip_outside_pid_ns("bwrap_job_stopped_on_timeout") {
-        return;
-    }
+    require_pid_ns!("bwrap_job_stopped_on_timeout");
     let _ns = common::mounts::new_namespace(); // bwrap
     let Some(prefix) = bwrap() else { return };
     let sibling = Sibling::start();
@@ -1613,9 +1573,7 @@ fn bwrap_job_stopped_cleanly_on_timeout() {
 
 #[test]
 fn bwrap_job_stopped_cleanly_on_controller_sigkill() {
-    if skip_outside_pid_ns("bwrap_job_stopped_on_controller_sigkill") {
-        return;
-    }
+    require_pid_ns!("bwrap_job_stopped_on_controller_sigkill");
     let _ns = common::mounts::new_namespace(); // bwrap
     let Some(prefix) = bwrap() else { return };
     let sibling = Sibling::start();
@@ -1635,9 +1593,7 @@ fn bwrap_job_stopped_cleanly_on_controller_sigkill() {
 
 #[test]
 fn rehearse_through_bwrap_timeout_and_controller_kill() {
-    if skip_outside_pid_ns("rehearse_through_bwrap") {
-        return;
-    }
+    require_pid_ns!("rehearse_through_bwrap");
     let _ns = common::mounts::new_namespace(); // bwrap
     let Some(prefix) = bwrap() else { return };
     let wrap = prefix.join(" ");
@@ -1667,9 +1623,7 @@ fn rehearse_through_bwrap_timeout_and_controller_kill() {
 #[test]
 #[ignore = "builds the crate in a fresh clone; run alone (see its doc comment)"]
 fn fresh_clone_readme_demo_command_works() {
-    if skip_outside_pid_ns("fresh_clone") {
-        return;
-    }
+    require_pid_ns!("fresh_clone");
     // The release dir of this build is TARGET/release/rea-watchdog.
     let target = Path::new(watchdog_bin())
         .parent()

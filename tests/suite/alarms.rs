@@ -41,9 +41,7 @@ fn close_positive(w: &mut Watchdog) {
 
 #[test]
 fn a_job_without_a_handler_dies_of_its_inner_alarm_and_nothing_stops() {
-    if skip_outside_pid_ns("inner_alarm_die") {
-        return;
-    }
+    require_pid_ns!("inner_alarm_die");
     let sibling = Sibling::start();
     let mut w = Watchdog::start(&[]);
     let job = alarmed("die");
@@ -78,9 +76,7 @@ fn a_job_without_a_handler_dies_of_its_inner_alarm_and_nothing_stops() {
 
 #[test]
 fn a_job_that_handles_its_inner_alarm_carries_on() {
-    if skip_outside_pid_ns("inner_alarm_handle") {
-        return;
-    }
+    require_pid_ns!("inner_alarm_handle");
     let mut w = Watchdog::start(&[]);
     let job = alarmed("handle");
     let out = w.submit(
@@ -97,9 +93,7 @@ fn a_job_that_handles_its_inner_alarm_carries_on() {
 
 #[test]
 fn a_job_that_ignores_its_inner_alarm_runs_into_its_deadline() {
-    if skip_outside_pid_ns("inner_alarm_ignore") {
-        return;
-    }
+    require_pid_ns!("inner_alarm_ignore");
     let mut w = Watchdog::start(&[]);
     let job = alarmed("ignore");
     let out = w.submit(
@@ -129,9 +123,7 @@ fn a_job_that_ignores_its_inner_alarm_runs_into_its_deadline() {
 
 #[test]
 fn an_inner_alarm_not_below_the_deadline_is_refused_and_launches_nothing() {
-    if skip_outside_pid_ns("inner_alarm_refused") {
-        return;
-    }
+    require_pid_ns!("inner_alarm_refused");
     let mut w = Watchdog::start(&[]);
     let job = alarmed("die");
     for alarm in ["2s", "1s"] {

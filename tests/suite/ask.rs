@@ -106,9 +106,7 @@ fn pids(sweep: &Value) -> Vec<i64> {
 
 #[test]
 fn a_leader_that_cleans_up_when_asked_leaves_its_children_unsignalled() {
-    if skip_outside_pid_ns("ask_cleanup") {
-        return;
-    }
+    require_pid_ns!("ask_cleanup");
     let sibling = Sibling::start();
     // A long grace: half of it (5 s) is far more than the cleanup takes,
     // so a TERM sweep here would be the watchdog's fault, not the load's.
@@ -153,9 +151,7 @@ fn a_leader_that_cleans_up_when_asked_leaves_its_children_unsignalled() {
 
 #[test]
 fn a_leader_that_ignores_its_stop_signal_gets_term_to_the_rest_at_half_the_grace() {
-    if skip_outside_pid_ns("ask_ignore") {
-        return;
-    }
+    require_pid_ns!("ask_ignore");
     let sibling = Sibling::start();
     let (grace_ms, kill_ms) = (2000u64, 3000u64);
     let mut w = Watchdog::start(&["--term-grace", "2s", "--kill-bound", "3s"]);
@@ -281,9 +277,7 @@ fn a_leader_that_ignores_its_stop_signal_gets_term_to_the_rest_at_half_the_grace
 /// while the other leader runs.
 #[test]
 fn each_leader_is_asked_with_its_own_signal() {
-    if skip_outside_pid_ns("ask_two") {
-        return;
-    }
+    require_pid_ns!("ask_two");
     let mut w = Watchdog::start(&["--term-grace", "10s"]);
     let mut o1 = Oracle::new(&w.scratch, "o1");
     let mut o2 = Oracle::new(&w.scratch, "o2");
@@ -328,9 +322,7 @@ fn each_leader_is_asked_with_its_own_signal() {
 
 #[test]
 fn a_stop_signal_outside_the_list_is_a_usage_error_and_launches_nothing() {
-    if skip_outside_pid_ns("ask_refused") {
-        return;
-    }
+    require_pid_ns!("ask_refused");
     let mut w = Watchdog::start(&[]);
     // The CLI refuses KILL and STOP itself (usage error 125, nothing sent).
     for sig in ["KILL", "STOP", "9", ""] {

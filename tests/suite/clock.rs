@@ -115,9 +115,7 @@ fn a_pthread_exit_leader_and_its_escapee_are_stopped_in_auto_mode() {
 /// through a pidfd bound to the identity the log names.
 #[test]
 fn exec_returns_on_a_leader_it_cannot_end() {
-    if skip_outside_pid_ns("clock") {
-        return;
-    }
+    require_pid_ns!("clock");
     let scratch = Scratch::new();
     let log = scratch.path("audit.jsonl");
     let script = "import os, time\nos.setgid(65534)\nos.setuid(65534)\ntime.sleep(1000)\n";
@@ -160,9 +158,7 @@ fn exec_returns_on_a_leader_it_cannot_end() {
 /// the test's own child and ends when the test closes its stdin.
 #[test]
 fn exec_returns_on_a_leader_an_outside_tracer_holds() {
-    if skip_outside_pid_ns("clock") {
-        return;
-    }
+    require_pid_ns!("clock");
     let scratch = Scratch::new();
     let log = scratch.path("audit.jsonl");
     let started = Instant::now();

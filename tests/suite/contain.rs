@@ -49,9 +49,7 @@ fn stop_then_close(w: &mut Watchdog, t: &mut Nasty, sibling: &Sibling) {
 
 #[test]
 fn cgroup_mode_contains_the_tree_and_kills_it_through_the_group() {
-    if skip_outside_pid_ns("contain") {
-        return;
-    }
+    require_pid_ns!("contain");
     let sibling = Sibling::start();
     // A short grace: the tree ignores TERM in places, so KILL is needed. A
     // long kill bound: the group may take its time to freeze while what
@@ -197,9 +195,7 @@ fn forge(w: &Watchdog, kind: &str, from: &str, to: &str) -> (i32, Value) {
 
 #[test]
 fn auto_picks_cgroup_here_and_removes_the_group_at_close() {
-    if skip_outside_pid_ns("contain") {
-        return;
-    }
+    require_pid_ns!("contain");
     // Explicit: REA_CONTAIN (tools/test's none pass) must not decide here.
     let mut w = Watchdog::start(&["--contain", "auto"]);
     let recs = w.records();
@@ -287,9 +283,7 @@ fn cgroup_fails_closed_at(root: &Path, scratch: &Scratch) {
 
 #[test]
 fn without_a_writable_cgroup2_auto_is_none_and_cgroup_fails_closed() {
-    if skip_outside_pid_ns("contain") {
-        return;
-    }
+    require_pid_ns!("contain");
     let scratch = Scratch::new();
     let missing = scratch.path("no-such-mount");
     auto_is_none_at(&missing, "no-such-mount");
@@ -304,9 +298,7 @@ fn without_a_writable_cgroup2_auto_is_none_and_cgroup_fails_closed() {
 /// the test's private mount namespace, which tools/test makes).
 #[test]
 fn a_read_only_cgroup2_mount_is_not_writable() {
-    if skip_outside_pid_ns("contain") {
-        return;
-    }
+    require_pid_ns!("contain");
     let scratch = Scratch::new();
     let ro = scratch.path("ro-cgroup2");
     std::fs::create_dir(&ro).unwrap();
@@ -331,9 +323,7 @@ fn a_read_only_cgroup2_mount_is_not_writable() {
 
 #[test]
 fn none_stops_the_tree_as_before_with_no_group() {
-    if skip_outside_pid_ns("contain") {
-        return;
-    }
+    require_pid_ns!("contain");
     let sibling = Sibling::start();
     let mut w = Watchdog::start(&["--contain", "none"]);
     let c = containment(&w.records());
@@ -357,9 +347,7 @@ fn none_stops_the_tree_as_before_with_no_group() {
 /// counted; that group is removed at the end, even when the test fails.
 #[test]
 fn a_start_refused_after_the_group_was_made_leaves_no_group() {
-    if skip_outside_pid_ns("contain") {
-        return;
-    }
+    require_pid_ns!("contain");
     let own = cgroup_of(std::process::id() as i32).unwrap();
     let mount = rea::contain::discover::discover(None).expect("a writable cgroup2 here");
     let holder = mount.own.join(format!("leak-{}", std::process::id()));
@@ -415,9 +403,7 @@ fn a_start_refused_after_the_group_was_made_leaves_no_group() {
 /// group it moved to (the test's own) is never killed.
 #[test]
 fn a_descendant_that_left_the_group_is_still_stopped() {
-    if skip_outside_pid_ns("contain") {
-        return;
-    }
+    require_pid_ns!("contain");
     let Some(parent) = test_cgroup() else {
         assert!(
             !pid_ns_required(),

@@ -112,9 +112,7 @@ fn exec_status(records: &[Value]) -> Value {
 
 #[test]
 fn exec_exit_0_when_argv_succeeds() {
-    if skip_outside_pid_ns("exec_exit_0") {
-        return;
-    }
+    require_pid_ns!("exec_exit_0");
     let e = Exec::new();
     let out = e.run(&[], &["/bin/true"]);
     assert_eq!(code(&out), Some(0), "{out:?}");
@@ -125,9 +123,7 @@ fn exec_exit_0_when_argv_succeeds() {
 
 #[test]
 fn exec_exit_n_is_argvs_status_and_output_passes_through() {
-    if skip_outside_pid_ns("exec_exit_n") {
-        return;
-    }
+    require_pid_ns!("exec_exit_n");
     let e = Exec::new();
     let argv = [
         python(),
@@ -151,9 +147,7 @@ fn exec_exit_n_is_argvs_status_and_output_passes_through() {
 
 #[test]
 fn exec_exit_128_plus_n_when_argv_is_killed_by_a_signal() {
-    if skip_outside_pid_ns("exec_exit_128_plus_n") {
-        return;
-    }
+    require_pid_ns!("exec_exit_128_plus_n");
     let e = Exec::new();
     // ARGV ends itself with SIGTERM, through a pidfd on itself.
     let script = "import os, signal; signal.pidfd_send_signal(os.pidfd_open(os.getpid()), \
@@ -166,9 +160,7 @@ fn exec_exit_128_plus_n_when_argv_is_killed_by_a_signal() {
 
 #[test]
 fn exec_exit_124_on_deadline() {
-    if skip_outside_pid_ns("exec_exit_124_deadline") {
-        return;
-    }
+    require_pid_ns!("exec_exit_124_deadline");
     let e = Exec::new();
     let argv = [python(), &fixture("launcher.py"), "--sleep", "60"];
     let out = e.run(&["--deadline", "1s"], &argv);
@@ -179,9 +171,7 @@ fn exec_exit_124_on_deadline() {
 
 #[test]
 fn exec_exit_124_when_argv_leaves_orphans() {
-    if skip_outside_pid_ns("exec_exit_124_orphans") {
-        return;
-    }
+    require_pid_ns!("exec_exit_124_orphans");
     let e = Exec::new();
     let mut oracle = Oracle::new(&e.scratch, "oracle");
     let argv = [
@@ -224,9 +214,7 @@ fn pgrp_and_session(pid: i32) -> (i32, i32) {
 
 #[test]
 fn exec_exit_130_on_sigint_is_a_clean_stop() {
-    if skip_outside_pid_ns("exec_exit_130_sigint") {
-        return;
-    }
+    require_pid_ns!("exec_exit_130_sigint");
     let e = Exec::new();
     let mut oracle = Oracle::new(&e.scratch, "oracle");
     let argv = [
@@ -269,9 +257,7 @@ fn exec_exit_130_on_sigint_is_a_clean_stop() {
 
 #[test]
 fn exec_exit_125_on_its_own_failure_launches_nothing() {
-    if skip_outside_pid_ns("exec_exit_125") {
-        return;
-    }
+    require_pid_ns!("exec_exit_125");
     let e = Exec::new();
     let marker = e.scratch.path("launched");
     let touch = ["/usr/bin/touch", marker.to_str().unwrap()];
@@ -303,9 +289,7 @@ fn exec_exit_125_on_its_own_failure_launches_nothing() {
 /// namespace's pid 1 as its root and end in a bare 125, `spawn_failed`).
 #[test]
 fn exec_refuses_to_start_under_a_proc_of_another_pid_namespace() {
-    if skip_outside_pid_ns("exec under a foreign /proc") {
-        return;
-    }
+    require_pid_ns!("exec under a foreign /proc");
     let e = Exec::new();
     let marker = e.scratch.path("launched");
     let exec_in_new_ns = |unshare: &[&str]| {
@@ -340,9 +324,7 @@ fn exec_refuses_to_start_under_a_proc_of_another_pid_namespace() {
 /// limit) gets a message naming the reason and the log, not a bare 125.
 #[test]
 fn exec_says_why_a_command_could_not_be_started() {
-    if skip_outside_pid_ns("exec at the process limit") {
-        return;
-    }
+    require_pid_ns!("exec at the process limit");
     let e = Exec::new();
     std::fs::set_permissions(e.scratch.dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let marker = e.scratch.path("launched");
@@ -388,9 +370,7 @@ fn exec_says_why_a_command_could_not_be_started() {
 /// says it too. A name with a `/` runs as given, with no `program`.
 #[test]
 fn a_bare_command_keeps_its_typed_name_and_the_log_says_which_file_ran() {
-    if skip_outside_pid_ns("exec argv[0]") {
-        return;
-    }
+    require_pid_ns!("exec argv[0]");
     let e = Exec::new();
     let out = e.run(&[], &["cat", "/proc/self/cmdline"]);
     assert_eq!(code(&out), Some(0), "{out:?}");
@@ -429,9 +409,7 @@ fn a_bare_command_keeps_its_typed_name_and_the_log_says_which_file_ran() {
 
 #[test]
 fn exec_exit_126_when_argv_cannot_be_executed() {
-    if skip_outside_pid_ns("exec_exit_126") {
-        return;
-    }
+    require_pid_ns!("exec_exit_126");
     let e = Exec::new();
     let script = e.scratch.path("not-executable.sh");
     std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
@@ -456,9 +434,7 @@ fn exec_exit_126_when_argv_cannot_be_executed() {
 
 #[test]
 fn exec_exit_127_when_argv_is_not_found() {
-    if skip_outside_pid_ns("exec_exit_127") {
-        return;
-    }
+    require_pid_ns!("exec_exit_127");
     let e = Exec::new();
     let json = e.scratch.path("status.json");
     let out = e.run(
@@ -486,9 +462,7 @@ fn exec_exit_127_when_argv_is_not_found() {
 
 #[test]
 fn exec_serves_nested_submits_from_argv() {
-    if skip_outside_pid_ns("exec_nested_submits") {
-        return;
-    }
+    require_pid_ns!("exec_nested_submits");
     let e = Exec::new();
     let argv = [
         python(),
@@ -520,9 +494,7 @@ fn exec_serves_nested_submits_from_argv() {
 
 #[test]
 fn exec_without_audit_log_writes_a_private_one_and_says_where() {
-    if skip_outside_pid_ns("exec_default_log") {
-        return;
-    }
+    require_pid_ns!("exec_default_log");
     let scratch = Scratch::new();
     let out = Command::new(watchdog_bin())
         .args(["exec", "--", "/bin/true"])
@@ -545,9 +517,7 @@ fn exec_without_audit_log_writes_a_private_one_and_says_where() {
 
 #[test]
 fn exec_hopper_sibling_survives_its_stops() {
-    if skip_outside_pid_ns("exec_hopper_sibling") {
-        return;
-    }
+    require_pid_ns!("exec_hopper_sibling");
     let sibling = Sibling::start();
     let e = Exec::new();
     let mut oracle = Oracle::new(&e.scratch, "oracle");
@@ -577,9 +547,7 @@ fn exec_hopper_sibling_survives_its_stops() {
 
 #[test]
 fn a_nested_spawn_that_fails_is_refused_to_its_caller_and_the_action_goes_on() {
-    if skip_outside_pid_ns("exec_nested_spawn_fails") {
-        return;
-    }
+    require_pid_ns!("exec_nested_spawn_fails");
     // The job asks for a launcher that does not exist, then exits 0. Only
     // the requester hears of the failure: exec's own job is not stopped
     // and exec exits with the job's status (not 124, not 127).
@@ -609,9 +577,7 @@ fn a_nested_spawn_that_fails_is_refused_to_its_caller_and_the_action_goes_on() {
 #[test]
 fn exec_prints_the_sealed_head_and_writes_its_status() {
     use sha2::{Digest, Sha256};
-    if skip_outside_pid_ns("exec sealed head") {
-        return;
-    }
+    require_pid_ns!("exec sealed head");
     let e = Exec::new();
     let json = e.scratch.path("status.json");
     let out = e.run(
@@ -659,9 +625,7 @@ fn exec_prints_the_sealed_head_and_writes_its_status() {
 /// status is still ARGV's, and nothing half-written is left.
 #[test]
 fn exec_json_status_that_cannot_be_written_is_said() {
-    if skip_outside_pid_ns("exec json-status unwritable") {
-        return;
-    }
+    require_pid_ns!("exec json-status unwritable");
     let e = Exec::new();
     let json = e.scratch.path("no-such-dir/status.json");
     let out = e.run(

@@ -85,9 +85,7 @@ fn signal_records(recs: &[Value], name: &str) -> Vec<Value> {
 /// pass the 3 on.
 #[test]
 fn usr1_and_winch_to_exec_reach_the_job_and_the_watchdog_lives() {
-    if skip_outside_pid_ns("exec signals") {
-        return;
-    }
+    require_pid_ns!("exec signals");
     let e = Exec::new();
     // Python retries a read a handled signal interrupted (PEP 475).
     let script = "import signal, sys\n\
@@ -127,9 +125,7 @@ fn usr1_and_winch_to_exec_reach_the_job_and_the_watchdog_lives() {
 /// every member holds reaches EOF. The watchdog itself lives to seal.
 #[test]
 fn a_usr2_to_exec_never_leaves_a_grandchild_behind() {
-    if skip_outside_pid_ns("exec usr2") {
-        return;
-    }
+    require_pid_ns!("exec usr2");
     let e = Exec::new();
     let mut oracle = Oracle::new(&e.scratch, "oracle");
     let tree = fixture("tree.py");
@@ -161,9 +157,7 @@ fn a_usr2_to_exec_never_leaves_a_grandchild_behind() {
 /// ALRM to exec is its deadline, now (as timeout(1) treats it).
 #[test]
 fn alrm_to_exec_is_the_deadline_now() {
-    if skip_outside_pid_ns("exec alrm") {
-        return;
-    }
+    require_pid_ns!("exec alrm");
     let e = Exec::new();
     let mut child = e
         .command(&[], &["/bin/sh", "-c", "echo ready; exec sleep 120"])
@@ -187,9 +181,7 @@ fn alrm_to_exec_is_the_deadline_now() {
 /// the watchdog's children reap themselves and the watchdog wait for ever.
 #[test]
 fn a_parent_ignoring_sigchld_does_not_hang_exec() {
-    if skip_outside_pid_ns("exec sigchld") {
-        return;
-    }
+    require_pid_ns!("exec sigchld");
     let e = Exec::new();
     let mut c = e.command(&[], &["/bin/sh", "-c", "exit 7"]);
     // SAFETY: only signal(2) between fork and exec.
@@ -210,9 +202,7 @@ fn a_parent_ignoring_sigchld_does_not_hang_exec() {
 /// that is no reason to panic before the job runs.
 #[test]
 fn a_closed_stderr_is_no_reason_to_fail() {
-    if skip_outside_pid_ns("exec closed stderr") {
-        return;
-    }
+    require_pid_ns!("exec closed stderr");
     let scratch = Scratch::new();
     let marker = scratch.path("ran");
     let (r, w): (OwnedFd, OwnedFd) = nix::unistd::pipe().unwrap();
@@ -240,9 +230,7 @@ fn a_closed_stderr_is_no_reason_to_fail() {
 
 #[test]
 fn the_callers_environment_reaches_the_job_unless_minimal() {
-    if skip_outside_pid_ns("exec env") {
-        return;
-    }
+    require_pid_ns!("exec env");
     for (args, want) in [(&[][..], "bar"), (&["--env", "minimal"][..], "")] {
         let e = Exec::new();
         let mut c = e.command(args, &["/bin/sh", "-c", "printf %s \"$REA_TEST_FOO\""]);
@@ -257,9 +245,7 @@ fn the_callers_environment_reaches_the_job_unless_minimal() {
 
 #[test]
 fn the_callers_stdin_is_the_jobs() {
-    if skip_outside_pid_ns("exec stdin") {
-        return;
-    }
+    require_pid_ns!("exec stdin");
     let e = Exec::new();
     let mut child = e
         .command(&[], &["/bin/cat"])
@@ -278,9 +264,7 @@ fn the_callers_stdin_is_the_jobs() {
 /// dies of SIGPIPE at once (exit 141), not at a deadline.
 #[test]
 fn a_reader_that_leaves_ends_the_job_by_sigpipe() {
-    if skip_outside_pid_ns("exec sigpipe") {
-        return;
-    }
+    require_pid_ns!("exec sigpipe");
     let e = Exec::new();
     let start = Instant::now();
     let mut child = e
@@ -303,9 +287,7 @@ fn a_reader_that_leaves_ends_the_job_by_sigpipe() {
 /// `yes` sees EPIPE, says `Broken pipe` and exits 1.
 #[test]
 fn a_caller_ignoring_sigpipe_gets_broken_pipe_from_the_job() {
-    if skip_outside_pid_ns("exec sigpipe ignored") {
-        return;
-    }
+    require_pid_ns!("exec sigpipe ignored");
     let e = Exec::new();
     let mut c = e.command(&["--deadline", "100s"], &["/usr/bin/yes"]);
     // SAFETY: only signal(2) between fork and exec.
@@ -333,9 +315,7 @@ fn a_caller_ignoring_sigpipe_gets_broken_pipe_from_the_job() {
 /// Under `script` (a pty), the job's stdin and stdout are the terminal.
 #[test]
 fn a_terminal_stays_a_terminal() {
-    if skip_outside_pid_ns("exec tty") {
-        return;
-    }
+    require_pid_ns!("exec tty");
     let scratch = Scratch::new();
     let inner = format!(
         "{} exec --audit-log {} -- /bin/sh -c 'test -t 0 && test -t 1 && echo TTY-OK'",
@@ -359,9 +339,7 @@ fn a_terminal_stays_a_terminal() {
 /// log gains at most about one record a second for them.
 #[test]
 fn a_signal_flood_is_one_record_a_second() {
-    if skip_outside_pid_ns("exec signal flood") {
-        return;
-    }
+    require_pid_ns!("exec signal flood");
     let e = Exec::new();
     let script = "import signal, sys\n\
                   signal.signal(signal.SIGUSR1, lambda *_: None)\n\
@@ -398,9 +376,7 @@ fn a_signal_flood_is_one_record_a_second() {
 /// goes on (a job still runs, the close is positive).
 #[test]
 fn run_records_and_ignores_other_signals() {
-    if skip_outside_pid_ns("run signals") {
-        return;
-    }
+    require_pid_ns!("run signals");
     let mut w = Watchdog::start(&[]);
     w.signal(Signal::SIGUSR1);
     let out = w.submit(&["--name", "after"], &["/bin/true"]);
@@ -419,9 +395,7 @@ fn run_records_and_ignores_other_signals() {
 /// signalled, still alive after exec exited with the job's status.
 #[test]
 fn a_child_present_before_exec_is_inherited_and_never_touched() {
-    if skip_outside_pid_ns("exec inherited child") {
-        return;
-    }
+    require_pid_ns!("exec inherited child");
     let e = Exec::new();
     let script = format!(
         "sleep 600 </dev/null >/dev/null 2>&1 & echo $!; exec {} exec --audit-log {} -- /bin/sh -c 'read -r _; exit 5'",
@@ -474,9 +448,7 @@ fn a_child_present_before_exec_is_inherited_and_never_touched() {
 /// status passes through; 100 orphans the job leaves to exit are reaped.
 #[test]
 fn as_pid_1_exec_passes_the_status_on_and_reaps_orphans() {
-    if skip_outside_pid_ns("exec as pid 1") {
-        return;
-    }
+    require_pid_ns!("exec as pid 1");
     let _ns = common::mounts::new_namespace(); // --mount-proc
     let e = Exec::new();
     let job = "for i in $(seq 100); do (sleep 0.01 &); done; sleep 0.5; exit 3";
@@ -510,9 +482,7 @@ fn as_pid_1_exec_passes_the_status_on_and_reaps_orphans() {
 /// is exec's.
 #[test]
 fn as_pid_1_usr1_is_forwarded_and_term_stops() {
-    if skip_outside_pid_ns("exec as pid 1, signals") {
-        return;
-    }
+    require_pid_ns!("exec as pid 1, signals");
     let _ns = common::mounts::new_namespace(); // --mount-proc
     let e = Exec::new();
     let script = "import signal, sys, time\n\
@@ -553,9 +523,7 @@ fn as_pid_1_usr1_is_forwarded_and_term_stops() {
 /// the watchdog, and a real-time signal is forwarded like any other.
 #[test]
 fn signals_32_33_spare_the_watchdog_and_real_time_ones_are_forwarded() {
-    if skip_outside_pid_ns("exec 32 33 rt") {
-        return;
-    }
+    require_pid_ns!("exec 32 33 rt");
     let e = Exec::new();
     let script = "import signal, sys\n\
                   rt = signal.SIGRTMIN + 2\n\

@@ -234,9 +234,7 @@ fn assert_allowed(w: &Watchdog) {
 /// Plants `how` on `path` of a sealed run's stage: retain naming the
 /// holder, alive; released: delete_allowed.
 fn corpus_case(how: &str, rel: &str, expect: &str) {
-    if skip_outside_pid_ns("holder corpus") {
-        return;
-    }
+    require_pid_ns!("holder corpus");
     let w = sealed_run();
     let p = Planted::holder(how, &w.staging.join(rel));
     let (code, v) = verify_stage(&w);
@@ -284,9 +282,7 @@ fn a_mapping_whose_fd_was_closed_holds_the_stage() {
 
 #[test]
 fn the_access_of_each_fd_is_named() {
-    if skip_outside_pid_ns("holder corpus") {
-        return;
-    }
+    require_pid_ns!("holder corpus");
     let w = sealed_run();
     let planted: Vec<(Planted, &str)> = [
         ("fd-read", "read"),
@@ -325,9 +321,7 @@ fn the_access_of_each_fd_is_named() {
 /// close-time scan and verification both name it; its exe is `deleted`.
 #[test]
 fn a_program_run_from_the_stage_and_unlinked_holds_it() {
-    if skip_outside_pid_ns("holder corpus") {
-        return;
-    }
+    require_pid_ns!("holder corpus");
     let mut w = Watchdog::start(&[]);
     let prog = w.staging.join("runtime-cat");
     std::fs::copy("/bin/cat", &prog).unwrap();
@@ -367,9 +361,7 @@ fn a_program_run_from_the_stage_and_unlinked_holds_it() {
 
 #[test]
 fn a_bind_mount_of_a_stage_directory_elsewhere_holds_it() {
-    if skip_outside_pid_ns("holder corpus (mounts)") {
-        return;
-    }
+    require_pid_ns!("holder corpus (mounts)");
     let _serial = common::mounts::mounting();
     let w = sealed_run();
     let elsewhere = w.scratch.path("elsewhere");
@@ -386,9 +378,7 @@ fn a_bind_mount_of_a_stage_directory_elsewhere_holds_it() {
 /// inventory sees a mount point), and is held.
 #[test]
 fn a_mount_on_a_stage_subdirectory_holds_it() {
-    if skip_outside_pid_ns("holder corpus (mounts)") {
-        return;
-    }
+    require_pid_ns!("holder corpus (mounts)");
     let _serial = common::mounts::mounting();
     let w = sealed_run();
     let m = Mounted::new(&["-t", "tmpfs", "rea-test-holders"], &w.staging.join("sub"));
@@ -405,9 +395,7 @@ fn a_mount_on_a_stage_subdirectory_holds_it() {
 
 #[test]
 fn a_loop_device_backed_by_a_stage_file_holds_it() {
-    if skip_outside_pid_ns("holder corpus (loop devices)") {
-        return;
-    }
+    require_pid_ns!("holder corpus (loop devices)");
     let w = sealed_run();
     let l = Looped::new(&w.staging.join("disk.img"));
     let (code, v) = verify_stage(&w);
@@ -431,9 +419,7 @@ fn a_loop_device_backed_by_a_stage_file_holds_it() {
 /// show it.
 #[test]
 fn a_mount_in_another_mount_namespace_holds_it() {
-    if skip_outside_pid_ns("holder corpus (mount namespaces)") {
-        return;
-    }
+    require_pid_ns!("holder corpus (mount namespaces)");
     let _serial = common::mounts::mounting();
     let w = sealed_run();
     let elsewhere = w.scratch.path("elsewhere");
@@ -466,9 +452,7 @@ fn a_mount_in_another_mount_namespace_holds_it() {
 /// never touched; gone, the same log is delete_allowed.
 #[test]
 fn a_holder_outside_the_action_is_named_at_close_and_at_verification() {
-    if skip_outside_pid_ns("holder corpus") {
-        return;
-    }
+    require_pid_ns!("holder corpus");
     let mut w = Watchdog::start(&[]);
     let out = w.submit(&["--name", "install"], &["/bin/true"]);
     assert!(out.status.success(), "{out:?}");
@@ -505,9 +489,7 @@ fn a_holder_outside_the_action_is_named_at_close_and_at_verification() {
 /// (temp_root_removed false, saying why), so the run is retain.
 #[test]
 fn a_held_temp_root_is_kept_and_the_run_retained() {
-    if skip_outside_pid_ns("holder corpus") {
-        return;
-    }
+    require_pid_ns!("holder corpus");
     let mut w = Watchdog::start(&[]);
     let p = Planted::holder("cwd", &w.state_dir.join("tmp"));
     let close = w.close();
@@ -543,9 +525,7 @@ fn a_held_temp_root_is_kept_and_the_run_retained() {
 /// name (and the same file names) elsewhere is not a holder.
 #[test]
 fn a_directory_of_the_same_name_elsewhere_is_not_the_stage() {
-    if skip_outside_pid_ns("holder corpus") {
-        return;
-    }
+    require_pid_ns!("holder corpus");
     let w = sealed_run();
     let twin = w.scratch.path("elsewhere/staging");
     std::fs::create_dir_all(twin.join("sub")).unwrap();
@@ -562,9 +542,7 @@ fn a_directory_of_the_same_name_elsewhere_is_not_the_stage() {
 /// are named (and the answer does not claim them).
 #[test]
 fn the_holders_command_names_holders_and_what_it_cannot_read() {
-    if skip_outside_pid_ns("holders command") {
-        return;
-    }
+    require_pid_ns!("holders command");
     let dir = tempfile::Builder::new()
         .prefix("rea-test-holders.")
         .tempdir_in("/tmp")
@@ -658,9 +636,7 @@ fn the_holders_command_names_holders_and_what_it_cannot_read() {
 /// retain (stage_held); released, delete_allowed.
 #[test]
 fn a_recovered_stage_that_is_held_is_retained() {
-    if skip_outside_pid_ns("recover of a held stage") {
-        return;
-    }
+    require_pid_ns!("recover of a held stage");
     let mut w = Watchdog::start(&["--contain", "cgroup"]);
     let guard = GroupGuard::of(&w.records()).expect("a cgroup-mode run records its group");
     w.signal(Signal::SIGKILL);
@@ -688,9 +664,7 @@ fn a_recovered_stage_that_is_held_is_retained() {
 /// stage_held, the holder in the report and its text; released: 0.
 #[test]
 fn reconcile_names_the_holders_of_the_stage() {
-    if skip_outside_pid_ns("reconcile of a held stage") {
-        return;
-    }
+    require_pid_ns!("reconcile of a held stage");
     let w = sealed_run();
     let staging = s(&w.staging).to_string();
     let p = Planted::holder("fd-dir", &w.staging);
@@ -721,9 +695,7 @@ fn reconcile_names_the_holders_of_the_stage() {
 /// verifies as refused); released, the same stage is discarded.
 #[test]
 fn a_held_stage_is_not_discarded() {
-    if skip_outside_pid_ns("discard of a held stage") {
-        return;
-    }
+    require_pid_ns!("discard of a held stage");
     let scratch = Scratch::new();
     let dir = scratch.path("stage");
     let out = Command::new(stage_bin())
@@ -808,9 +780,7 @@ fn a_holder_whose_main_thread_exited_still_holds_the_stage() {
 /// is held through it elsewhere is not taken for the stage.
 #[test]
 fn a_same_filesystem_bind_mount_in_the_stage_is_not_walked_into() {
-    if skip_outside_pid_ns("holder corpus (mounts)") {
-        return;
-    }
+    require_pid_ns!("holder corpus (mounts)");
     let _serial = common::mounts::mounting();
     let w = sealed_run();
     let other = w.scratch.path("other");
@@ -842,9 +812,7 @@ fn a_same_filesystem_bind_mount_in_the_stage_is_not_walked_into() {
 /// by that mount, however its path is spelled (a trailing slash here).
 #[test]
 fn a_stage_that_is_a_mount_root_is_not_held_by_its_own_mount() {
-    if skip_outside_pid_ns("holder corpus (mounts)") {
-        return;
-    }
+    require_pid_ns!("holder corpus (mounts)");
     let _serial = common::mounts::mounting();
     let scratch = Scratch::new();
     let dir = scratch.path("own-tmpfs");
@@ -868,9 +836,7 @@ fn a_stage_that_is_a_mount_root_is_not_held_by_its_own_mount() {
 /// was never shown (a private mount namespace; the test's /proc untouched).
 #[test]
 fn a_proc_that_hides_processes_is_named_as_not_readable() {
-    if skip_outside_pid_ns("holders under hidepid") {
-        return;
-    }
+    require_pid_ns!("holders under hidepid");
     let _serial = common::mounts::mounting();
     let dir = tempfile::Builder::new()
         .prefix("rea-test-holders.")

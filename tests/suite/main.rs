@@ -19,6 +19,19 @@
 //! Tests run concurrently as before; those that must not overlap (mounts
 //! and mount namespaces) share a lock in `common/`.
 
+/// The preamble of every test that starts or signals processes: it runs
+/// only inside a private PID namespace, so that it can never see or signal
+/// a process outside it. Outside one the test returns at once, saying so
+/// (`common::harness::skip_outside_pid_ns`), and under `tools/test` or
+/// `.ci/run` (`REA_REQUIRE_PIDNS=1`) it fails instead of skipping.
+macro_rules! require_pid_ns {
+    ($what:expr) => {
+        if crate::common::harness::skip_outside_pid_ns($what) {
+            return;
+        }
+    };
+}
+
 mod common;
 
 mod acceptance;

@@ -117,9 +117,7 @@ fn args(w: &Watchdog) -> [&str; 4] {
 
 #[test]
 fn live_watchdog_mid_job_is_running_and_nothing_is_written() {
-    if skip_outside_pid_ns("reconcile of a live watchdog") {
-        return;
-    }
+    require_pid_ns!("reconcile of a live watchdog");
     let w = Watchdog::start(&[]);
     let submit = w.submit_bg(
         &["--name", "install", "--deadline", "200s"],
@@ -227,9 +225,7 @@ fn live_watchdog_mid_job_is_running_and_nothing_is_written() {
 
 #[test]
 fn sealed_log_is_delete_allowed_and_a_changed_stage_is_review() {
-    if skip_outside_pid_ns("reconcile of a sealed log") {
-        return;
-    }
+    require_pid_ns!("reconcile of a sealed log");
     let mut w = Watchdog::start(&[]);
     let out = w.submit(&["--name", "install"], &["/bin/true"]);
     assert!(out.status.success(), "{out:?}");
@@ -276,9 +272,7 @@ fn sealed_log_is_delete_allowed_and_a_changed_stage_is_review() {
 
 #[test]
 fn lost_watchdog_leaves_a_setsid_survivor_for_review() {
-    if skip_outside_pid_ns("reconcile after a watchdog SIGKILL") {
-        return;
-    }
+    require_pid_ns!("reconcile after a watchdog SIGKILL");
     // Without containment (with a cgroup the survivor is a live member of
     // the action's group: running, and recover's business; tests/suite/recover.rs).
     let mut w = Watchdog::start(&["--contain", "none"]);
@@ -376,9 +370,7 @@ fn lost_watchdog_leaves_a_setsid_survivor_for_review() {
 
 #[test]
 fn torn_and_tampered_logs_are_review() {
-    if skip_outside_pid_ns("reconcile of torn and tampered logs") {
-        return;
-    }
+    require_pid_ns!("reconcile of torn and tampered logs");
     let mut w = Watchdog::start(&[]);
     let out = w.submit(&["--name", "install"], &["/bin/true"]);
     assert!(out.status.success(), "{out:?}");

@@ -74,9 +74,7 @@ fn assert_refused(r: &Recovered, new: &Path, code: &str, recorded: bool) {
 
 #[test]
 fn a_lost_watchdog_is_recovered_through_its_group() {
-    if skip_outside_pid_ns("recover after a watchdog SIGKILL") {
-        return;
-    }
+    require_pid_ns!("recover after a watchdog SIGKILL");
     let sibling = Sibling::start();
     let mut l = Lost::new(&sibling, &[], true);
     let staging = l.staging();
@@ -220,9 +218,7 @@ fn a_lost_watchdog_is_recovered_through_its_group() {
 
 #[test]
 fn a_live_watchdog_is_refused_and_nothing_is_killed() {
-    if skip_outside_pid_ns("recover with the watchdog alive") {
-        return;
-    }
+    require_pid_ns!("recover with the watchdog alive");
     let sibling = Sibling::start();
     let mut l = Lost::new(&sibling, &[], false);
     let staging = l.staging();
@@ -260,9 +256,7 @@ fn a_live_watchdog_is_refused_and_nothing_is_killed() {
 
 #[test]
 fn a_recreated_group_is_refused_and_its_sentinel_lives() {
-    if skip_outside_pid_ns("recover of a recreated group") {
-        return;
-    }
+    require_pid_ns!("recover of a recreated group");
     let sibling = Sibling::start();
     let l = Lost::new(&sibling, &[], true);
     // The test ends the original group through its recorded inode and
@@ -330,9 +324,7 @@ impl Drop for Sentinel {
 
 #[test]
 fn a_tampered_log_is_refused_and_nothing_is_killed() {
-    if skip_outside_pid_ns("recover of a tampered log") {
-        return;
-    }
+    require_pid_ns!("recover of a tampered log");
     let sibling = Sibling::start();
     let l = Lost::new(&sibling, &[], true);
     // One byte of line 2 edited (a digit of its mono_ns): line 3's prev
@@ -373,9 +365,7 @@ fn lost_without_jobs(extra: &[&str]) -> (Watchdog, Option<GroupGuard>) {
 
 #[test]
 fn an_empty_group_is_recovered_and_the_recovery_log_is_tamper_evident() {
-    if skip_outside_pid_ns("recover of an empty group") {
-        return;
-    }
+    require_pid_ns!("recover of an empty group");
     let (w, guard) = lost_without_jobs(&["--contain", "cgroup"]);
     let guard = guard.unwrap();
     let staging = w.staging.to_str().unwrap().to_string();
@@ -442,9 +432,7 @@ fn an_empty_group_is_recovered_and_the_recovery_log_is_tamper_evident() {
 
 #[test]
 fn refusals_without_a_tree_sealed_none_new_exists_new_in_stage() {
-    if skip_outside_pid_ns("recover refusals") {
-        return;
-    }
+    require_pid_ns!("recover refusals");
     // A sealed log: nothing to recover.
     let mut w = Watchdog::start(&["--contain", "cgroup"]);
     let _group = GroupGuard::of(&w.records());
@@ -553,9 +541,7 @@ impl Drop for SendHome {
 /// refusal. The sibling started before the run and has no `REA_RUN_ID`.
 #[test]
 fn a_drafted_stranger_is_refused_and_nothing_is_killed() {
-    if skip_outside_pid_ns("recover with a stranger drafted into the group") {
-        return;
-    }
+    require_pid_ns!("recover with a stranger drafted into the group");
     let Some(home) = test_cgroup() else {
         assert!(
             !pid_ns_required(),

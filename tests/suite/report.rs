@@ -385,9 +385,7 @@ fn sweeps(recs: &[Value]) -> Vec<(String, u64)> {
 
 #[test]
 fn a_real_stopped_run_is_drawn_and_loads_nothing() {
-    if skip_outside_pid_ns("report_real_run") {
-        return;
-    }
+    require_pid_ns!("report_real_run");
     let _ = chromium();
     let run = nested_run();
     let page = run.scratch.path("report.html");
@@ -490,9 +488,7 @@ fn a_real_stopped_run_is_drawn_and_loads_nothing() {
 
 #[test]
 fn a_tampered_copy_is_drawn_untrusted_in_red() {
-    if skip_outside_pid_ns("report_tampered") {
-        return;
-    }
+    require_pid_ns!("report_tampered");
     let _ = chromium();
     let run = nested_run();
     // One byte of one record's data: launcher-1 becomes launcher-9.
@@ -541,9 +537,7 @@ fn a_tampered_copy_is_drawn_untrusted_in_red() {
 
 #[test]
 fn hostile_strings_from_the_log_are_shown_not_obeyed() {
-    if skip_outside_pid_ns("report_hostile") {
-        return;
-    }
+    require_pid_ns!("report_hostile");
     let _ = chromium();
     // The job's argv carries markup and a terminal escape; a child names
     // itself (comm) with markup and is signalled by the TERM sweep.
@@ -602,9 +596,7 @@ time.sleep(60)
 /// the assertion above is not true of any page.
 #[test]
 fn the_server_sees_what_a_page_loads() {
-    if skip_outside_pid_ns("report_control") {
-        return;
-    }
+    require_pid_ns!("report_control");
     let page = b"<!DOCTYPE html><html><body><img src=\"/local.png\"><img src=\"http://rea-probe.invalid/far.png\"></body></html>";
     let (out, seen, _) = browse(page, &["--dump-dom".to_string()]);
     assert!(out.status.success(), "{out:?}");

@@ -804,9 +804,7 @@ fn read_to_eof(fd: OwnedFd, limit: Duration) -> Vec<u8> {
 
 #[test]
 fn a_double_forked_submit_is_not_owned() {
-    if skip_outside_pid_ns("a_double_forked_submit_is_not_owned") {
-        return;
-    }
+    require_pid_ns!("a_double_forked_submit_is_not_owned");
     let mut b = Bench::new();
     let m = b.marker("orphan");
     let err = b.w.scratch.path("orphan.err");

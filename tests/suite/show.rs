@@ -142,12 +142,8 @@ fn launchers_are_named_by_the_job_that_asked() {
 /// with that job (`caller_job`) and shown under it, not as "a pid".
 #[test]
 fn a_launcher_asked_from_deep_in_a_job_is_named_by_that_job() {
-    use common::harness::{
-        of_kind, output_within, records, skip_outside_pid_ns, verify_log, watchdog_bin, PATIENCE,
-    };
-    if skip_outside_pid_ns("launchers asked from deep in a job") {
-        return;
-    }
+    use common::harness::{of_kind, output_within, records, verify_log, watchdog_bin, PATIENCE};
+    require_pid_ns!("launchers asked from deep in a job");
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("audit.jsonl");
     // The leader runs a submit as its grandchild (through a shell), then

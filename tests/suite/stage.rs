@@ -11,7 +11,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::harness::{output_within, skip_outside_pid_ns, Scratch, Watchdog, PATIENCE};
+use common::harness::{output_within, Scratch, Watchdog, PATIENCE};
 use common::schema::{compile, schema_errors};
 use serde_json::Value;
 
@@ -729,9 +729,7 @@ fn discard_paused_before_unlink(f: &Fixture) -> (std::process::Child, std::fs::F
 
 #[test]
 fn a_watchdog_arming_while_discard_is_about_to_unlink_refuses_to_start() {
-    if skip_outside_pid_ns("a_watchdog_arming_while_discard_is_about_to_unlink_refuses_to_start") {
-        return;
-    }
+    require_pid_ns!("a_watchdog_arming_while_discard_is_about_to_unlink_refuses_to_start");
     let f = Fixture::new(&FILES);
     let (child, mut release) = discard_paused_before_unlink(&f);
     assert!(f.dir.join(".rea-discarding").is_file());
@@ -982,9 +980,7 @@ fn a_rechained_discard_log_that_disagrees_with_itself_is_tampered() {
 
 #[test]
 fn the_real_watchdog_arms_the_stage_before_its_first_spawn() {
-    if skip_outside_pid_ns("the_real_watchdog_arms_the_stage_before_its_first_spawn") {
-        return;
-    }
+    require_pid_ns!("the_real_watchdog_arms_the_stage_before_its_first_spawn");
     let scratch = Scratch::new();
     let staging = scratch.path("staging");
     let hex = std::cell::RefCell::new(String::new());

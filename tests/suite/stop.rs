@@ -366,9 +366,7 @@ fn fill(dir: &Path) {
 
 #[test]
 fn audit_failure_stops_the_whole_tree_and_fails_the_run() {
-    if skip_outside_pid_ns("audit_failure_stops_the_whole_tree_and_fails_the_run") {
-        return;
-    }
+    require_pid_ns!("audit_failure_stops_the_whole_tree_and_fails_the_run");
     // The mount point lives outside the watchdog's scratch directory, so it
     // is unmounted (tmpfs dropped) before that directory is removed.
     let logroot = Scratch::new();
@@ -807,9 +805,7 @@ fn the_watchdog_raises_its_priority_but_never_hands_it_on() {
 
 #[test]
 fn binding_a_reused_pid_is_uncertain_and_never_yields_a_fd() {
-    if skip_outside_pid_ns("binding_a_reused_pid_is_uncertain_and_never_yields_a_fd") {
-        return;
-    }
+    require_pid_ns!("binding_a_reused_pid_is_uncertain_and_never_yields_a_fd");
     let sibling = Sibling::start();
     let r = force_pid_reuse();
     assert_eq!(r.fd.pid(), r.stale.pid);
@@ -841,9 +837,7 @@ fn binding_a_reused_pid_is_uncertain_and_never_yields_a_fd() {
 
 #[test]
 fn a_request_from_a_stale_caller_identity_is_refused() {
-    if skip_outside_pid_ns("a_request_from_a_stale_caller_identity_is_refused") {
-        return;
-    }
+    require_pid_ns!("a_request_from_a_stale_caller_identity_is_refused");
     let sibling = Sibling::start();
     let mut w = Watchdog::start(&[]);
     let r = force_pid_reuse();

@@ -95,9 +95,7 @@ fn stderr(out: &Output) -> String {
 
 #[test]
 fn the_commands_status_passes_through_and_a_log_is_written() {
-    if skip_outside_pid_ns("timeout passthrough") {
-        return;
-    }
+    require_pid_ns!("timeout passthrough");
     let t = Timeout::new();
     assert_eq!(t.code(&["10", "sh", "-c", "exit 3"]), 3);
     let logs = t.logs();
@@ -121,9 +119,7 @@ fn the_commands_status_passes_through_and_a_log_is_written() {
 /// failure (125), with nothing written or launched.
 #[test]
 fn rea_contain_picks_timeouts_containment() {
-    if skip_outside_pid_ns("timeout REA_CONTAIN") {
-        return;
-    }
+    require_pid_ns!("timeout REA_CONTAIN");
     let t = Timeout::new();
     let out = output_within(
         t.command(&["10", "true"])
@@ -162,9 +158,7 @@ fn rea_contain_picks_timeouts_containment() {
 /// coreutils' timeout (`cat`, not the path `PATH` found).
 #[test]
 fn the_command_sees_its_name_as_typed() {
-    if skip_outside_pid_ns("timeout argv[0]") {
-        return;
-    }
+    require_pid_ns!("timeout argv[0]");
     let t = Timeout::new();
     let out = t.run(&["10", "cat", "/proc/self/cmdline"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -173,9 +167,7 @@ fn the_command_sees_its_name_as_typed() {
 
 #[test]
 fn a_time_out_is_124_and_preserve_status_keeps_the_commands() {
-    if skip_outside_pid_ns("timeout 124") {
-        return;
-    }
+    require_pid_ns!("timeout 124");
     let t = Timeout::new();
     assert_eq!(t.code(&["0.1", "sleep", "60"]), 124);
     assert_eq!(
@@ -187,9 +179,7 @@ fn a_time_out_is_124_and_preserve_status_keeps_the_commands() {
 
 #[test]
 fn kill_when_needed_is_137() {
-    if skip_outside_pid_ns("timeout 137") {
-        return;
-    }
+    require_pid_ns!("timeout 137");
     let t = Timeout::new();
     assert_eq!(t.code(&["-s", "KILL", "0.1", "sleep", "60"]), 137);
     let ignores = "trap '' TERM; sleep 60";
@@ -198,9 +188,7 @@ fn kill_when_needed_is_137() {
 
 #[test]
 fn verbose_names_each_signal_as_coreutils_does() {
-    if skip_outside_pid_ns("timeout -v") {
-        return;
-    }
+    require_pid_ns!("timeout -v");
     let t = Timeout::new();
     let out = t.run(&["-v", "0.1", "sleep", "60"]);
     assert_eq!(out.status.code(), Some(124));
@@ -227,9 +215,7 @@ fn verbose_names_each_signal_as_coreutils_does() {
 /// `-v` to a stderr whose reader is gone: EPIPE is handled, not a death.
 #[test]
 fn verbose_to_a_closed_pipe_is_still_124() {
-    if skip_outside_pid_ns("timeout -v closed pipe") {
-        return;
-    }
+    require_pid_ns!("timeout -v closed pipe");
     let t = Timeout::new();
     let (r, w) = nix::unistd::pipe().unwrap();
     drop(r);
@@ -243,9 +229,7 @@ fn verbose_to_a_closed_pipe_is_still_124() {
 
 #[test]
 fn bad_command_lines_are_125_with_coreutils_messages() {
-    if skip_outside_pid_ns("timeout 125") {
-        return;
-    }
+    require_pid_ns!("timeout 125");
     let t = Timeout::new();
     for bad in ["invalid", " -0.1", " -1e-10000", "42D"] {
         let out = t.run(&[bad, "sleep", "0"]);
@@ -269,9 +253,7 @@ fn bad_command_lines_are_125_with_coreutils_messages() {
 
 #[test]
 fn durations_as_coreutils_reads_them() {
-    if skip_outside_pid_ns("timeout durations") {
-        return;
-    }
+    require_pid_ns!("timeout durations");
     let t = Timeout::new();
     let huge = [
         "1d",
@@ -293,9 +275,7 @@ fn durations_as_coreutils_reads_them() {
 
 #[test]
 fn cannot_run_is_126_and_not_found_127() {
-    if skip_outside_pid_ns("timeout 126 127") {
-        return;
-    }
+    require_pid_ns!("timeout 126 127");
     let t = Timeout::new();
     let out = t.run(&["10", "."]);
     assert_eq!(out.status.code(), Some(126));
@@ -315,9 +295,7 @@ fn cannot_run_is_126_and_not_found_127() {
 /// timeout from timing out or from seeing its command exit.
 #[test]
 fn ignored_sigchld_and_blocked_sigalrm_in_the_parent() {
-    if skip_outside_pid_ns("timeout parent dispositions") {
-        return;
-    }
+    require_pid_ns!("timeout parent dispositions");
     let t = Timeout::new();
     for args in [
         &["10", "sh", "-c", "exit 6"][..],
@@ -345,9 +323,7 @@ fn ignored_sigchld_and_blocked_sigalrm_in_the_parent() {
 /// Bug#9098): not waited for, not signalled; timeout ends with its command.
 #[test]
 fn a_pre_existing_child_is_neither_waited_for_nor_signalled() {
-    if skip_outside_pid_ns("timeout pre-existing child") {
-        return;
-    }
+    require_pid_ns!("timeout pre-existing child");
     let t = Timeout::new();
     let script = format!(
         "sleep 600 </dev/null >/dev/null 2>&1 & echo $!; exec {} 60 true",
@@ -378,9 +354,7 @@ fn a_pre_existing_child_is_neither_waited_for_nor_signalled() {
 /// is the inner one's time-out now; both say 124, at once.
 #[test]
 fn cascaded_timeouts_are_124() {
-    if skip_outside_pid_ns("timeout cascade") {
-        return;
-    }
+    require_pid_ns!("timeout cascade");
     let t = Timeout::new();
     let inner = t.bin.to_str().unwrap().to_string();
     let start = Instant::now();
@@ -398,9 +372,7 @@ fn cascaded_timeouts_are_124() {
 /// signal to that group (USR1) reaches it directly.
 #[test]
 fn foreground_leaves_the_command_in_the_callers_group() {
-    if skip_outside_pid_ns("timeout --foreground") {
-        return;
-    }
+    require_pid_ns!("timeout --foreground");
     let t = Timeout::new();
     let script = "import os, signal, sys, time\n\
                   signal.signal(signal.SIGUSR1, lambda *_: (print('usr1', flush=True), sys.exit(0)))\n\
@@ -431,9 +403,7 @@ fn foreground_leaves_the_command_in_the_callers_group() {
 /// parent-death signal (here USR1, which it reports on a file).
 #[test]
 fn a_command_outliving_a_killed_timeout_gets_the_s_signal() {
-    if skip_outside_pid_ns("timeout pdeathsig") {
-        return;
-    }
+    require_pid_ns!("timeout pdeathsig");
     let t = Timeout::new();
     let marker = t.scratch.path("got-usr1");
     let script = format!(
@@ -465,9 +435,7 @@ fn a_command_outliving_a_killed_timeout_gets_the_s_signal() {
 /// status is still the command's own.
 #[test]
 fn an_escapee_is_stopped_and_the_status_is_the_commands() {
-    if skip_outside_pid_ns("timeout escapee") {
-        return;
-    }
+    require_pid_ns!("timeout escapee");
     let t = Timeout::new();
     let mut oracle = Oracle::new(&t.scratch, "oracle");
     let tree = fixture("tree.py");
@@ -495,9 +463,7 @@ fn an_escapee_is_stopped_and_the_status_is_the_commands() {
 
 #[test]
 fn as_pid_1_a_time_out_is_124() {
-    if skip_outside_pid_ns("timeout as pid 1") {
-        return;
-    }
+    require_pid_ns!("timeout as pid 1");
     let _ns = common::mounts::new_namespace(); // --mount-proc
     let t = Timeout::new();
     let out = Command::new("unshare")
@@ -525,9 +491,7 @@ fn of_kind(log: &std::path::Path, kind: &str) -> Vec<serde_json::Value> {
 /// with no TERM sweep).
 #[test]
 fn signal_0_then_kill_after_is_137() {
-    if skip_outside_pid_ns("timeout -s0 -k") {
-        return;
-    }
+    require_pid_ns!("timeout -s0 -k");
     let t = Timeout::new();
     let out = t.run(&["-v", "-s0", "-k", "0.5", "0.1", "sleep", "60"]);
     assert_eq!(out.status.code(), Some(137), "{out:?}");
@@ -562,9 +526,7 @@ fn signal_0_then_kill_after_is_137() {
 /// grace), and `--preserve-status` gives its own status.
 #[test]
 fn without_k_a_slow_command_is_waited_for() {
-    if skip_outside_pid_ns("timeout without -k") {
-        return;
-    }
+    require_pid_ns!("timeout without -k");
     let t = Timeout::new();
     // A shell, not Python: its trap is set within a millisecond or two of
     // the start, far inside the 0.5 s (Python's start-up on a loaded box
@@ -594,9 +556,7 @@ fn without_k_a_slow_command_is_waited_for() {
 /// command running until `-k`.
 #[test]
 fn any_signal_may_be_the_s_signal() {
-    if skip_outside_pid_ns("timeout -s any") {
-        return;
-    }
+    require_pid_ns!("timeout -s any");
     let t = Timeout::new();
     let out = t.run(&["-v", "-s", "RTMIN+2", "0.1", "sleep", "60"]);
     assert_eq!(out.status.code(), Some(124), "{out:?}");
@@ -625,9 +585,7 @@ fn any_signal_may_be_the_s_signal() {
 #[test]
 fn a_commands_death_by_signal_is_timeouts_own() {
     use std::os::unix::process::ExitStatusExt;
-    if skip_outside_pid_ns("timeout dies the same death") {
-        return;
-    }
+    require_pid_ns!("timeout dies the same death");
     let t = Timeout::new();
     let out = t.run(&["30", "sh", "-c", "kill -USR1 $$"]);
     assert_eq!(out.status.signal(), Some(libc::SIGUSR1), "{out:?}");
@@ -654,9 +612,7 @@ fn a_commands_death_by_signal_is_timeouts_own() {
 #[test]
 fn a_signal_to_timeout_stops_even_when_s_is_only_a_probe() {
     use std::os::unix::process::ExitStatusExt;
-    if skip_outside_pid_ns("timeout -s 0 then TERM") {
-        return;
-    }
+    require_pid_ns!("timeout -s 0 then TERM");
     let t = Timeout::new();
     let script = "print('ready', flush=True)\nimport time\ntime.sleep(60)";
     let mut child = t.spawn_ready(&["-s", "0", "30", python(), "-c", script]);
@@ -675,9 +631,7 @@ fn a_signal_to_timeout_stops_even_when_s_is_only_a_probe() {
 /// session is the job's.
 #[test]
 fn an_inherited_process_asking_is_not_the_foreground_jobs() {
-    if skip_outside_pid_ns("timeout --foreground, an inherited caller") {
-        return;
-    }
+    require_pid_ns!("timeout --foreground, an inherited caller");
     let t = Timeout::new();
     let (dir_fifo, done_fifo) = (t.scratch.path("dir"), t.scratch.path("done"));
     for f in [&dir_fifo, &done_fifo] {

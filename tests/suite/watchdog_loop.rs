@@ -573,9 +573,7 @@ fn read_line_within(r: &mut BufReader<ChildStdout>, limit: Duration) -> String {
 
 #[test]
 fn the_watchdog_outlives_its_controllers_sigkill() {
-    if skip_outside_pid_ns("the_watchdog_outlives_its_controllers_sigkill") {
-        return;
-    }
+    require_pid_ns!("the_watchdog_outlives_its_controllers_sigkill");
     let sibling = Sibling::start();
     let s = Scratch::new();
     let staging = s.path("staging");
