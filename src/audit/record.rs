@@ -8,16 +8,14 @@
 use serde::{Deserialize, Serialize};
 
 use crate::holders::HolderScan;
-
 use crate::vocab::{Capture, Op, RefusalReason};
-
-pub use super::record_stop::{StopPriority, StopTriggered};
 
 pub use super::record_group::{
     ContainMode, ContainRequest, Containment, ForeignMember, GroupIdentity, GroupKill,
     GroupKillFailed, GroupMember, GroupRemoved, GroupSeen, GroupState, Unkillable,
     GROUP_KILL_NAMED,
 };
+pub use super::record_stop::{StopPriority, StopTriggered};
 
 /// Record format version (`v`).
 pub const RECORD_VERSION: u32 = 1;
@@ -181,11 +179,15 @@ pub struct JobSpawned {
     pub name: Option<String>,
     /// What the job's process got as its argv.
     pub argv: Vec<String>,
-    /// The file executed, when `argv[0]` does not name it: exec's and
-    /// timeout's bare command name, found on `PATH` (the program sees the
-    /// name as typed, as under timeout(1); this says which file it was).
+    /// The file executed when `argv[0]` does not name it (exec's and
+    /// timeout's bare name, found on `PATH`; the program sees it as typed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<String>,
+    /// The request's `cwd`, and its `env`'s names (never the values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<Vec<String>>,
     pub pid: i32,
     pub start_time: u64,
     pub uid: u32,

@@ -18,7 +18,7 @@ use mio::Interest;
 use super::config::Config;
 use super::effect::Effects;
 use super::job::{close_pipe, pump, Job, Output};
-use super::job_env::{child_setup, job_env};
+use super::job_env::{child_setup, job_env, requested_env};
 use super::launch_request::LaunchRequest;
 use super::ledger::Ledger;
 use super::passthrough::Passthrough;
@@ -227,7 +227,10 @@ impl Jobs {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let mut env = self.env.clone();
+        let mut env = match &req.env {
+            Some(asked) => requested_env(asked, &self.env),
+            None => self.env.clone(),
+        };
         env.push(("REA_JOB".into(), num.to_string().into()));
         let argv_text: Vec<String> = req
             .argv
@@ -242,13 +245,15 @@ impl Jobs {
             argv: &req.argv,
             program: req.program.as_deref(),
             env: &env,
+            cwd: req.cwd.as_deref(),
+            stdin: req.stdin,
             watchdog_pid: self.watchdog_pid,
             nofile: self.nofile,
             priority: self.priority,
             cgroup_procs: self.cgroup_procs.as_ref().map(|f| f.as_raw_fd()),
             child: self.child,
         };
-        let sp = match spawn(&launch) {
+        let sp = match spawn(launch) {
             Ok(sp) => sp,
             Err(e) => {
                 ledger.record(Event::JobFailed(JobFailed {
@@ -266,6 +271,8 @@ impl Jobs {
                         id: Some(r.id.clone()),
                         reason: e.reason,
                         detail: bounded(&e.detail),
+                        stop_reason: None,
+                        errno: Some(e.errno),
                     };
                     fx.reply(r, reply, true);
                 }
@@ -283,6 +290,12 @@ impl Jobs {
             name: req.name,
             argv: argv_text,
             program,
+            cwd: req.cwd.as_ref().map(|c| c.to_string_lossy().into_owned()),
+            env: req.env.as_ref().map(|e| {
+                e.iter()
+                    .map(|(k, _)| k.to_string_lossy().into_owned())
+                    .collect()
+            }),
             pid: leader.pid,
             start_time: leader.start_time,
             uid: leader.uid,

@@ -137,9 +137,20 @@ fn dispatch(cmd: Cmd) -> i32 {
             capture,
             env,
             json_status,
+            notes,
             bounds,
             argv,
         } => {
+            if let Some(path) = notes {
+                let file = std::fs::OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(&path);
+                match file {
+                    Ok(f) => rea::tell::notes_to(f),
+                    Err(e) => return die(format!("--notes {}: {e}", path.display())),
+                }
+            }
             let contain = bounds.contain();
             let mut cfg = match config(Mode::Exec, None, bounds) {
                 Ok(c) => c,
