@@ -255,7 +255,7 @@ class Runner:
     def _refused(self, e: Refused, args: Args, cwd: Optional[str]) -> BaseException:
         if e.reason == "aborted":
             self.stop_reason = e.stop_reason or "unknown"
-            return ActionStopped(self.stop_reason, args, e.detail)
+            return ActionStopped(self.stop_reason, args, "refused by the watchdog (aborted)")
         if e.reason in ("not_found", "not_executable", "spawn_failed"):
             code = e.errno or (errno.ENOENT if e.reason == "not_found" else errno.EACCES)
             # subprocess names the directory when chdir failed, else args[0].
@@ -304,7 +304,8 @@ def run(args: Args, *, stdin: Target = None, input: Union[bytes, str, None] = No
     subprocess.run, and a timeout ends its whole tree (TERM, the grace,
     KILL), grandchildren that hold the output pipe too, before
     TimeoutExpired is raised: within timeout + term_grace + 1 s, where
-    subprocess.run waits for the grandchild and leaves it running.
+    subprocess.run kills the direct child alone and leaves the rest
+    running (and Popen.communicate() after a kill waits for them).
     Orphans the program leaves behind are ended when it exits.
 
     `binary` is rea-watchdog (default $REA_WATCHDOG, then PATH); the audit
