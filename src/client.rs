@@ -341,6 +341,9 @@ impl Session {
             name: None,
             inner_alarm_ms: None,
             stop_signal: None,
+            cwd: None,
+            env: None,
+            stdin: None,
         })
     }
 

@@ -13,11 +13,13 @@ use serde::de::Error as _;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::vocab::{
-    bounded, is_reply_name, is_token, Ident, Outcome, Status, StopReason, StopSignal,
-};
+use crate::vocab::{bounded, is_reply_name, is_token, Ident, StopSignal};
 /// The request vocabulary (defined in [`crate::vocab`]).
 pub use crate::vocab::{Capture, Op, RefusalReason};
+/// The reply lines (`protocol/reply.rs`).
+pub use reply::{Reply, StreamReply};
+
+mod reply;
 
 /// Request line cap, newline included (PIPE_BUF).
 pub const MAX_REQUEST: usize = 4096;
@@ -35,8 +37,7 @@ pub fn frame(json: &[u8]) -> Vec<u8> {
     v
 }
 
-/// Protocol version (`v`).
-pub const PROTOCOL_VERSION: u32 = 1;
+pub use crate::vocab::PROTOCOL_VERSION;
 /// The state directory's layout, as a client finds it: the request FIFO,
 /// the directory of reply FIFOs, the private temp root and the ready file.
 pub const REQUESTS: &str = "requests";
@@ -85,6 +86,12 @@ pub struct Request {
     pub inner_alarm_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stop_signal: Option<StopSignal>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env: Option<std::collections::BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
 }
 
 /// What a spawn request asks for, once every field has been checked.
@@ -100,6 +107,14 @@ pub struct SpawnSpec {
     /// What the leader is asked to stop with (docs/stop.md); TERM when
     /// the request did not say.
     pub stop_signal: StopSignal,
+    /// The job's working directory (default: the watchdog's).
+    pub cwd: Option<String>,
+    /// The job's whole environment, the `REA_*` names set over it
+    /// (default: the job environment of docs/architecture.md).
+    pub env: Option<Vec<(String, String)>>,
+    /// A regular file in `replies/` the job reads as its stdin (default
+    /// `/dev/null`); opened and checked at admission.
+    pub stdin: Option<String>,
 }
 
 /// A request whose every field has been parsed and checked for shape.
@@ -159,6 +174,61 @@ struct Wire<'a> {
     inner_alarm_ms: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
     stop_signal: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    cwd: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    env: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    stdin: Option<&'a RawValue>,
+}
+
+impl Wire<'_> {
+    /// Any of the fields only a spawn takes.
+    fn has_spawn_fields(&self) -> bool {
+        [
+            self.argv,
+            self.deadline_ms,
+            self.capture,
+            self.name,
+            self.inner_alarm_ms,
+            self.stop_signal,
+            self.cwd,
+            self.env,
+            self.stdin,
+        ]
+        .iter()
+        .any(Option::is_some)
+    }
+}
+
+/// An `env` object's pairs in order; a name twice is an error, not "the
+/// last one wins" (the envelope's own rule for duplicate keys).
+struct EnvPairs(Vec<(String, String)>);
+
+impl<'de> Deserialize<'de> for EnvPairs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = EnvPairs;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of names to strings")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<EnvPairs, A::Error> {
+                let mut pairs: Vec<(String, String)> = Vec::new();
+                while let Some((k, v)) = m.next_entry::<String, String>()? {
+                    if pairs.iter().any(|(n, _)| *n == k) {
+                        return Err(A::Error::custom(format!("{k:?} twice")));
+                    }
+                    pairs.push((k, v));
+                }
+                Ok(EnvPairs(pairs))
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 /// An optional field that is present, even as `null`: an explicit `null`
@@ -303,16 +373,11 @@ pub fn parse_request(line: &[u8]) -> Result<ParsedRequest, Refusal> {
     let spawn = match op {
         Op::Spawn => Some(parse_spawn(&wire).map_err(addressed)?),
         Op::Stop | Op::Close => {
-            if wire.argv.is_some()
-                || wire.deadline_ms.is_some()
-                || wire.inner_alarm_ms.is_some()
-                || wire.stop_signal.is_some()
-                || wire.capture.is_some()
-                || wire.name.is_some()
-            {
+            if wire.has_spawn_fields() {
                 return Err(addressed(Refusal::new(
                     RefusalReason::Malformed,
-                    "argv, deadline_ms, capture, name, inner_alarm_ms and stop_signal belong to spawn only",
+                    "argv, deadline_ms, capture, name, inner_alarm_ms, stop_signal, cwd, env \
+                     and stdin belong to spawn only",
                 )));
             }
             None
@@ -404,6 +469,7 @@ fn parse_spawn(wire: &Wire) -> Result<SpawnSpec, Refusal> {
             )
         })?,
     };
+    let (cwd, env, stdin) = parse_surroundings(wire)?;
     Ok(SpawnSpec {
         argv,
         deadline_ms,
@@ -411,103 +477,61 @@ fn parse_spawn(wire: &Wire) -> Result<SpawnSpec, Refusal> {
         name,
         inner_alarm_ms,
         stop_signal,
+        cwd,
+        env,
+        stdin,
     })
 }
 
-/// One stream of a finished job, as the caller sees it.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct StreamReply {
-    pub bytes: u64,
-    pub sha256: String,
-    /// The kept bytes, base64; present only with `capture`.
-    pub data_b64: Option<String>,
-}
+type Surroundings = (
+    Option<String>,
+    Option<Vec<(String, String)>>,
+    Option<String>,
+);
 
-/// A line on a reply FIFO. A spawn gets `accepted` or `refused`, then
-/// `exited` or `stopped`; `stop` gets `stop_complete`; `close` gets `closed`.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Reply {
-    Accepted {
-        v: u32,
-        id: String,
-        job: u64,
-        pid: i32,
-        start_time: u64,
-    },
-    Refused {
-        v: u32,
-        id: Option<String>,
-        reason: RefusalReason,
-        detail: String,
-    },
-    Exited {
-        v: u32,
-        id: String,
-        job: u64,
-        status: Status,
-        duration_ms: u64,
-        output_capped: bool,
-        stdout: StreamReply,
-        stderr: StreamReply,
-    },
-    Stopped {
-        v: u32,
-        id: String,
-        job: u64,
-        reason: StopReason,
-        status: Status,
-        duration_ms: u64,
-        output_capped: bool,
-        stdout: StreamReply,
-        stderr: StreamReply,
-    },
-    StopComplete {
-        v: u32,
-        id: String,
-        reason: StopReason,
-        quiescent: bool,
-    },
-    Closed {
-        v: u32,
-        id: String,
-        outcome: Outcome,
-        stop_reason: Option<StopReason>,
-        positive: bool,
-        head: String,
-        audit_log: String,
-    },
-}
-
-impl Reply {
-    /// Serialises with the trailing newline.
-    pub fn to_line(&self) -> Vec<u8> {
-        let mut v = serde_json::to_vec(self).unwrap_or_else(|e| {
-            // Serialising these plain structs cannot fail; keep the invariant
-            // visible instead of panicking.
-            format!("{{\"type\":\"refused\",\"v\":1,\"id\":null,\"reason\":\"malformed\",\"detail\":{:?}}}", e.to_string()).into_bytes()
-        });
-        v.push(b'\n');
-        v
-    }
-
-    pub fn parse(line: &str) -> serde_json::Result<Reply> {
-        let r: Reply = serde_json::from_str(line)?;
-        if r.version() != PROTOCOL_VERSION {
-            return Err(serde_json::Error::custom("unsupported reply version"));
+/// A spawn's `cwd`, `env` and `stdin`, each optional, each checked for shape.
+fn parse_surroundings(wire: &Wire) -> Result<Surroundings, Refusal> {
+    let cwd = match wire.cwd {
+        None => None,
+        Some(raw) => {
+            let c: String = field(raw, RefusalReason::BadCwd, "cwd")?;
+            if !c.starts_with('/') || c.contains('\0') {
+                let detail = format!("cwd must be an absolute path, got {:?}", bounded(&c));
+                return Err(Refusal::new(RefusalReason::BadCwd, detail));
+            }
+            Some(c)
         }
-        Ok(r)
-    }
-
-    fn version(&self) -> u32 {
-        match self {
-            Reply::Accepted { v, .. }
-            | Reply::Refused { v, .. }
-            | Reply::Exited { v, .. }
-            | Reply::Stopped { v, .. }
-            | Reply::StopComplete { v, .. }
-            | Reply::Closed { v, .. } => *v,
+    };
+    let env = match wire.env {
+        None => None,
+        Some(raw) if !is_object(raw.get()) => {
+            return Err(Refusal::new(RefusalReason::BadEnv, "env must be an object"));
         }
-    }
+        Some(raw) => {
+            let EnvPairs(pairs) = field(raw, RefusalReason::BadEnv, "env")?;
+            let bad = |(k, v): &&(String, String)| {
+                k.is_empty() || k.contains(['=', '\0']) || v.contains('\0')
+            };
+            if let Some((k, _)) = pairs.iter().find(bad) {
+                let detail = format!(
+                    "env: {:?}: a name is not empty and has no = or NUL; a value has no NUL",
+                    bounded(k)
+                );
+                return Err(Refusal::new(RefusalReason::BadEnv, detail));
+            }
+            Some(pairs)
+        }
+    };
+    let stdin = match wire.stdin {
+        None => None,
+        Some(raw) => {
+            let n: String = field(raw, RefusalReason::BadStdin, "stdin")?;
+            if !is_reply_name(&n) {
+                let detail = "stdin must be a file name inside replies/ ([A-Za-z0-9_.-]{1,64})";
+                return Err(Refusal::new(RefusalReason::BadStdin, detail));
+            }
+            Some(n)
+        }
+    };
+    Ok((cwd, env, stdin))
 }

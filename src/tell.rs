@@ -10,7 +10,10 @@
 //! holds, and losing one loses nothing the verdict needs.
 
 use std::fmt::Display;
+use std::fs::File;
+use std::io::Write;
 use std::os::fd::BorrowedFd;
+use std::sync::OnceLock;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
@@ -57,7 +60,24 @@ pub fn line(stream: Stream, text: impl Display) -> bool {
     true
 }
 
-/// `rea-watchdog: MSG` on stderr, never panicking, never blocking for long.
+/// Where [`note`] writes instead of stderr, once [`notes_to`] set it.
+static NOTES: OnceLock<File> = OnceLock::new();
+
+/// Sends every later [`note`] to `file` (opened for appending) instead of
+/// stderr: `exec --notes FILE`, so that ARGV's stderr, which is exec's own,
+/// carries ARGV's bytes alone (docs/cli.md). Only the first call counts.
+pub fn notes_to(file: File) {
+    let _ = NOTES.set(file);
+}
+
+/// `rea-watchdog: MSG` on stderr (or to the `--notes` file), never
+/// panicking, never blocking for long.
 pub fn note(msg: impl Display) -> bool {
+    if let Some(mut f) = NOTES.get() {
+        // A regular file: one write of the whole line, or nothing.
+        return f
+            .write_all(format!("rea-watchdog: {msg}\n").as_bytes())
+            .is_ok();
+    }
     line(Stream::Stderr, format_args!("rea-watchdog: {msg}"))
 }

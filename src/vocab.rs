@@ -84,6 +84,9 @@ pub enum Stream {
     Stderr,
 }
 
+/// The request and reply protocol's version (`v`, docs/requests.md).
+pub const PROTOCOL_VERSION: u32 = 1;
+
 /// Why an action stopped (docs/stop.md); also the receipt's `stop_reason`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -376,6 +379,14 @@ pub enum RefusalReason {
     BadInnerAlarm,
     /// `stop_signal` not one of TERM, INT, HUP, QUIT, USR1, USR2.
     BadStopSignal,
+    /// `cwd` not an absolute path without NUL.
+    BadCwd,
+    /// `env` not an object of names (no `=`, no NUL, not empty) to strings
+    /// without NUL.
+    BadEnv,
+    /// `stdin` not a token; or the file in `replies/` is a symlink, not a
+    /// regular file, of another owner or mode, or cannot be opened.
+    BadStdin,
     /// Reply FIFO outside `replies/`, a symlink, not a FIFO, wrong owner or
     /// mode, or nobody reading it.
     BadReply,
@@ -422,6 +433,9 @@ impl RefusalReason {
             RefusalReason::BadName => "bad_name",
             RefusalReason::BadInnerAlarm => "bad_inner_alarm",
             RefusalReason::BadStopSignal => "bad_stop_signal",
+            RefusalReason::BadCwd => "bad_cwd",
+            RefusalReason::BadEnv => "bad_env",
+            RefusalReason::BadStdin => "bad_stdin",
             RefusalReason::BadReply => "bad_reply",
             RefusalReason::CallerNotAlive => "caller_not_alive",
             RefusalReason::CallerMismatch => "caller_mismatch",

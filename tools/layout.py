@@ -6,7 +6,7 @@ table), no raw `libc::poll(`.
 
 Imports are read from the text: `use crate::…`, `use super::…` and inline
 `crate::a::b` paths. A path names the deepest file it reaches
-(`crate::audit::record::Ident` -> src/audit/record.rs); `mod` declarations
+(`crate::kinds::watchdog::Ident` -> src/kinds/watchdog.rs); `mod` declarations
 are not imports. Exit 0 when every rule holds, 1 with each breach named.
 
     python3 tools/layout.py               # check
@@ -80,7 +80,7 @@ def files():
 
 
 def module_of(rel):
-    """src/audit/record.rs -> ['audit', 'record']; mod.rs/lib.rs -> the dir."""
+    """src/kinds/watchdog.rs -> ['kinds', 'watchdog']; mod.rs/lib.rs -> the dir."""
     parts = rel[:-3].split("/")
     if parts[-1] in ("mod", "lib"):
         parts = parts[:-1]

@@ -5,22 +5,19 @@
 //! serde derive rejects duplicate keys, and there is no float and no
 //! `serde_json::Value` anywhere, so a record means exactly one thing.
 
-use serde::{Deserialize, Serialize};
-
-use crate::holders::HolderScan;
-use crate::vocab::{Capture, Op, RefusalReason};
-
 pub use super::group::{
     ContainMode, ContainRequest, Containment, ForeignMember, GroupIdentity, GroupKill,
     GroupKillFailed, GroupMember, GroupRemoved, GroupSeen, GroupState, Unkillable,
     GROUP_KILL_NAMED,
 };
 pub use super::stop::{StopPriority, StopTriggered};
+use crate::holders::HolderScan;
+use crate::vocab::{Capture, Op, RefusalReason};
+use serde::{Deserialize, Serialize};
 
 /// Record format version (`v`).
 pub const RECORD_VERSION: u32 = 1;
 
-/// The vocabulary records are written in (defined in [`crate::vocab`]).
 pub use crate::vocab::{
     AskEnd, AskSpan, Ident, Mode, Outcome, Proc, Sig, Stage, Status, StopReason, Stream,
     Uncertainty,
@@ -179,11 +176,15 @@ pub struct JobSpawned {
     pub name: Option<String>,
     /// What the job's process got as its argv.
     pub argv: Vec<String>,
-    /// The file executed, when `argv[0]` does not name it: exec's and
-    /// timeout's bare command name, found on `PATH` (the program sees the
-    /// name as typed, as under timeout(1); this says which file it was).
+    /// The file executed when `argv[0]` does not name it (exec's and
+    /// timeout's bare name, found on `PATH`; the program sees it as typed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<String>,
+    /// The request's `cwd`, and its `env`'s names (never the values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<Vec<String>>,
     pub pid: i32,
     pub start_time: u64,
     pub uid: u32,

@@ -315,7 +315,7 @@ impl Action {
         self.apply(fx);
         match admitted {
             None => {}
-            Some(Admitted::Spawn(req)) => self.launch(req),
+            Some(Admitted::Spawn(req)) => self.launch(*req),
             Some(Admitted::Stop { reply, trigger }) => {
                 self.on(Input::Trigger(trigger));
                 let mut fx = Effects::default();

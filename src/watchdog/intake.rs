@@ -51,7 +51,7 @@ pub struct Gate {
 /// An accepted request: what the loop is to do.
 pub enum Admitted {
     /// A job to launch (its caller bound, when not the root).
-    Spawn(LaunchRequest),
+    Spawn(Box<LaunchRequest>),
     /// A stop, answered when it completes.
     Stop {
         reply: ReplyTo,
@@ -85,8 +85,13 @@ impl Desk<'_> {
             .open(self.state.replies.as_fd(), name, self.me.uid)
     }
 
-    /// Records a refusal (durably) and answers it on `chan`.
+    /// Records a refusal (durably) and answers it on `chan`; an `aborted`
+    /// one says why the action stopped.
     fn refuse(&mut self, (reason, detail): Refused, id: Option<String>, chan: u64) {
+        let stop_reason = self
+            .gate
+            .stopped_for
+            .filter(|_| reason == RefusalReason::Aborted);
         let detail = bounded(&detail);
         self.ledger.record(Event::RequestRefused(RequestRefused {
             id: id.clone(),
@@ -102,6 +107,8 @@ impl Desk<'_> {
             id,
             reason,
             detail,
+            stop_reason,
+            errno: None,
         };
         self.fx.reply(&to, reply, true);
     }
@@ -225,7 +232,26 @@ impl Intake {
         }
         let caller = caller::verify(req.caller, desk.me, desk.root, desk.root_alive);
         let id = req.id.clone();
+        desk.gate = gate;
         match self.admit(req, chan, caller, gate, desk.root_caller) {
+            Ok(Admitted::Spawn(mut launch)) if launch.stdin_name.is_some() => {
+                let name = launch.stdin_name.take().unwrap_or_default();
+                match desk
+                    .replies
+                    .open_input(desk.state.replies.as_fd(), &name, desk.me.uid)
+                {
+                    Ok(file) => {
+                        launch.stdin = Some(file);
+                        Some(Admitted::Spawn(launch))
+                    }
+                    Err(detail) => {
+                        // Refused, so the id is not used after all.
+                        self.used_ids.remove(&id);
+                        desk.refuse((RefusalReason::BadStdin, detail), Some(id), chan);
+                        None
+                    }
+                }
+            }
             Ok(a) => Some(a),
             Err(r) => {
                 desk.refuse(r, Some(id), chan);
@@ -272,7 +298,7 @@ impl Intake {
                     Verified::Root => None,
                     Verified::Bound(b) => Some(b),
                 };
-                Admitted::Spawn(LaunchRequest::admitted(reply, spec, caller, root))
+                Admitted::Spawn(Box::new(LaunchRequest::admitted(reply, spec, caller, root)))
             }
             (Op::Spawn, None) => return Err((RefusalReason::BadArgv, "spawn without argv".into())),
             (Op::Stop, _) => {

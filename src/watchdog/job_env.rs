@@ -49,6 +49,20 @@ pub fn job_env(cfg: &Config, state: &StateDir) -> Vec<(OsString, OsString)> {
     env
 }
 
+/// A request's own environment (`env`, docs/requests.md) with the
+/// watchdog's names (`REA_RUN_ID`, `REA_STATE_DIR`) set over it from the
+/// job environment `base`; `REA_JOB` is added at launch.
+pub fn requested_env(
+    asked: &[(OsString, OsString)],
+    base: &[(OsString, OsString)],
+) -> Vec<(OsString, OsString)> {
+    let own = |k: &OsString| OWN.iter().any(|o| k == o);
+    let mut env: Vec<(OsString, OsString)> =
+        asked.iter().filter(|(k, _)| !own(k)).cloned().collect();
+    env.extend(base.iter().filter(|(k, _)| own(k)).cloned());
+    env
+}
+
 /// The child side of a spawn for this action: run's way, or exec's
 /// handover (the signals the caller left ignored stay so).
 pub fn child_setup(cfg: &Config) -> ChildSetup {

@@ -18,7 +18,7 @@ use mio::Interest;
 use super::config::Config;
 use super::effect::Effects;
 use super::job::{close_pipe, pump, Job, Output};
-use super::job_env::{child_setup, job_env};
+use super::job_env::{child_setup, job_env, requested_env};
 use super::launch_request::LaunchRequest;
 use super::ledger::Ledger;
 use super::passthrough::Passthrough;
@@ -215,7 +215,7 @@ impl Jobs {
     /// in exec mode) or a durable `job_failed`, and answers the request.
     pub fn launch(
         &mut self,
-        req: LaunchRequest,
+        mut req: LaunchRequest,
         src: &mut Sources,
         ledger: &mut Ledger,
         fx: &mut Effects,
@@ -227,7 +227,10 @@ impl Jobs {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let mut env = self.env.clone();
+        let mut env = match &req.env {
+            Some(asked) => requested_env(asked, &self.env),
+            None => self.env.clone(),
+        };
         env.push(("REA_JOB".into(), num.to_string().into()));
         let argv_text: Vec<String> = req
             .argv
@@ -242,39 +245,17 @@ impl Jobs {
             argv: &req.argv,
             program: req.program.as_deref(),
             env: &env,
+            cwd: req.cwd.as_deref(),
+            stdin: req.stdin.take(),
             watchdog_pid: self.watchdog_pid,
             nofile: self.nofile,
             priority: self.priority,
             cgroup_procs: self.cgroup_procs.as_ref().map(|f| f.as_raw_fd()),
             child: self.child,
         };
-        let sp = match spawn(&launch) {
+        let sp = match spawn(launch) {
             Ok(sp) => sp,
-            Err(e) => {
-                ledger.record(Event::JobFailed(JobFailed {
-                    job: num,
-                    id: req.id.clone(),
-                    argv: argv_text,
-                    program,
-                    errno: e.errno,
-                    reason: e.reason,
-                    detail: bounded(&e.detail),
-                }));
-                if let Some(r) = &req.reply {
-                    let reply = Reply::Refused {
-                        v: PROTOCOL_VERSION,
-                        id: Some(r.id.clone()),
-                        reason: e.reason,
-                        detail: bounded(&e.detail),
-                    };
-                    fx.reply(r, reply, true);
-                }
-                if req.reply.is_none() {
-                    // exec's own job (nobody to answer): its status is exec's.
-                    self.last = Some(ExecResult::Failed(e.reason));
-                }
-                return Launched::Failed(e.reason);
-            }
+            Err(e) => return self.failed(num, &req, argv_text, program, e, ledger, fx),
         };
         let leader = sp.leader.proc().clone();
         ledger.append(Event::JobSpawned(JobSpawned {
@@ -283,6 +264,12 @@ impl Jobs {
             name: req.name,
             argv: argv_text,
             program,
+            cwd: req.cwd.as_ref().map(|c| c.to_string_lossy().into_owned()),
+            env: req.env.as_ref().map(|e| {
+                e.iter()
+                    .map(|(k, _)| k.to_string_lossy().into_owned())
+                    .collect()
+            }),
             pid: leader.pid,
             start_time: leader.start_time,
             uid: leader.uid,
@@ -331,6 +318,46 @@ impl Jobs {
         }
         self.running.insert(num, job);
         Launched::Running(num)
+    }
+
+    /// A job that could not be launched: a durable `job_failed`, and the
+    /// request answered `refused` with the errno (or, for exec's own job,
+    /// nobody to answer, its status kept as exec's).
+    #[allow(clippy::too_many_arguments)]
+    fn failed(
+        &mut self,
+        num: u64,
+        req: &LaunchRequest,
+        argv: Vec<String>,
+        program: Option<String>,
+        e: super::spawn::SpawnError,
+        ledger: &mut Ledger,
+        fx: &mut Effects,
+    ) -> Launched {
+        ledger.record(Event::JobFailed(JobFailed {
+            job: num,
+            id: req.id.clone(),
+            argv,
+            program,
+            errno: e.errno,
+            reason: e.reason,
+            detail: bounded(&e.detail),
+        }));
+        match &req.reply {
+            Some(r) => {
+                let reply = Reply::Refused {
+                    v: PROTOCOL_VERSION,
+                    id: Some(r.id.clone()),
+                    reason: e.reason,
+                    detail: bounded(&e.detail),
+                    stop_reason: None,
+                    errno: Some(e.errno),
+                };
+                fx.reply(r, reply, true);
+            }
+            None => self.last = Some(ExecResult::Failed(e.reason)),
+        }
+        Launched::Failed(e.reason)
     }
 
     /// An event on one of the jobs' descriptors: a pipe is readable, exec's

@@ -3,6 +3,7 @@
 //! asked.
 
 use std::ffi::OsString;
+use std::fs::File;
 use std::time::Duration;
 
 use super::caller::Bound;
@@ -28,6 +29,16 @@ pub struct LaunchRequest {
     /// request's [`StopSignal`], or any signal timeout's `-s` names.
     pub stop_signal: Sig,
     pub capture: Capture,
+    /// The job's working directory (`None`: the watchdog's).
+    pub cwd: Option<OsString>,
+    /// The job's whole environment from the request (`None`: the job
+    /// environment); the `REA_*` names are set over it at launch.
+    pub env: Option<Vec<(OsString, OsString)>>,
+    /// The request's `stdin` file name in `replies/`, until admission
+    /// opens it into `stdin`.
+    pub stdin_name: Option<String>,
+    /// The job's stdin (`None`: /dev/null, or exec's own).
+    pub stdin: Option<File>,
     /// A caller other than the root, bound for as long as the job runs.
     pub caller: Option<VerifiedPidFd>,
     /// Who asked, for the record (`None` in exec mode: nobody did).
@@ -56,6 +67,10 @@ impl LaunchRequest {
             inner_alarm: None,
             stop_signal: stop,
             capture: Capture::Discard,
+            cwd: None,
+            env: None,
+            stdin_name: None,
+            stdin: None,
             caller: None,
             caller_ident: None,
             caller_via: None,
@@ -84,6 +99,15 @@ impl LaunchRequest {
             inner_alarm: spec.inner_alarm_ms.map(Duration::from_millis),
             stop_signal: spec.stop_signal.sig(),
             capture: spec.capture,
+            cwd: spec.cwd.map(OsString::from),
+            env: spec.env.map(|pairs| {
+                pairs
+                    .into_iter()
+                    .map(|(k, v)| (k.into(), v.into()))
+                    .collect()
+            }),
+            stdin_name: spec.stdin,
+            stdin: None,
             caller_ident: caller.as_ref().map(|c| c.ident()).or(root),
             caller,
             caller_via,

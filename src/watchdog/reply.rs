@@ -89,6 +89,46 @@ impl Replies {
         Ok(id)
     }
 
+    /// Validates and opens `replies/NAME` for reading as a job's stdin: a
+    /// regular file (not a symlink) of the watchdog's uid, mode 0600, that
+    /// the caller wrote before sending the request (docs/requests.md).
+    pub fn open_input(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &str,
+        uid: u32,
+    ) -> Result<File, ReplyError> {
+        let fd = openat(
+            dir,
+            name,
+            OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("replies/{name}: {}", e.desc()))?;
+        let st = fstat(&fd).map_err(|e| format!("replies/{name}: {}", e.desc()))?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(format!("replies/{name} is not a regular file"));
+        }
+        if st.st_uid != uid || st.st_mode & 0o777 != 0o600 {
+            return Err(format!(
+                "replies/{name} is owned by uid {} with mode {:o}; must be {uid}, 600",
+                st.st_uid,
+                st.st_mode & 0o777
+            ));
+        }
+        // Blocking again for the job, which reads it as a plain stdin.
+        let flags = OFlag::from_bits_truncate(
+            nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_GETFL)
+                .map_err(|e| e.desc().to_string())?,
+        );
+        nix::fcntl::fcntl(
+            &fd,
+            nix::fcntl::FcntlArg::F_SETFL(flags & !OFlag::O_NONBLOCK),
+        )
+        .map_err(|e| e.desc().to_string())?;
+        Ok(File::from(fd))
+    }
+
     /// Queues a reply and writes what the FIFO takes now. `last` closes the
     /// channel once everything is written. An error means the caller is
     /// gone (EPIPE) or the FIFO broke; the channel is then dropped.

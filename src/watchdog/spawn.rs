@@ -51,6 +51,10 @@ pub struct Launch<'a> {
     /// The file to execute when `argv[0]` does not name it.
     pub program: Option<&'a std::ffi::OsStr>,
     pub env: &'a [(OsString, OsString)],
+    /// The working directory (`None`: the watchdog's).
+    pub cwd: Option<&'a std::ffi::OsStr>,
+    /// The job's stdin (`None`: /dev/null, or the caller's in exec's handover).
+    pub stdin: Option<File>,
     pub watchdog_pid: i32,
     pub nofile: libc::rlimit,
     pub priority: Base,
@@ -242,7 +246,7 @@ impl Execve {
     }
 }
 
-pub fn spawn(l: &Launch<'_>) -> Result<Spawned, SpawnError> {
+pub fn spawn(mut l: Launch<'_>) -> Result<Spawned, SpawnError> {
     let (prog, args) = l.argv.split_first().ok_or_else(|| SpawnError {
         errno: libc::EINVAL,
         reason: RefusalReason::BadArgv,
@@ -253,15 +257,25 @@ pub fn spawn(l: &Launch<'_>) -> Result<Spawned, SpawnError> {
         true => Stdio::inherit(),
         false => piped(),
     };
+    let stdin = match l.stdin.take() {
+        Some(file) => Stdio::from(file),
+        None => io(Stdio::null),
+    };
     cmd.args(args)
         .env_clear()
         .envs(l.env.iter().map(|(k, v)| (k, v)))
-        .stdin(io(Stdio::null))
+        .stdin(stdin)
         .stdout(io(Stdio::piped))
         .stderr(io(Stdio::piped));
+    if let Some(dir) = l.cwd {
+        // std changes directory in the child, before `pre_exec`: a
+        // missing directory fails the spawn like a missing program
+        // (ENOENT: not_found), as Python's subprocess reports it.
+        cmd.current_dir(dir);
+    }
     let (parent, nofile, priority, how) = (l.watchdog_pid, l.nofile, l.priority, l.child);
     let cgroup_procs = l.cgroup_procs;
-    let exec = Execve::new(l).map_err(|detail| SpawnError {
+    let exec = Execve::new(&l).map_err(|detail| SpawnError {
         errno: libc::EINVAL,
         reason: RefusalReason::BadArgv,
         detail,

@@ -889,7 +889,7 @@ fn hopper_sibling_survives_forced_cleanup() {
     sibling.assert_alive();
 }
 
-/// A controller that is not the test: `python3 -c` with tools/rea_client.py
+/// A controller that is not the test: `python3 -c` with tools/rea_client/
 /// starts a watchdog (its root is this controller), prints the ready line
 /// and submits one job, so the test can SIGKILL it mid-job.
 struct Controller {

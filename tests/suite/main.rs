@@ -59,6 +59,7 @@ mod reconcile;
 mod recover;
 mod report;
 mod requests;
+mod runner;
 mod schema;
 mod show;
 mod smoke_stop;

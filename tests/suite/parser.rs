@@ -222,6 +222,9 @@ mod props {
                         inner_alarm_ms: (spawn && deadline > 1 && capture).then_some(deadline / 2),
                         // A stop signal on every other request, the default otherwise.
                         stop_signal: (spawn && !capture).then_some(StopSignal::Usr1),
+                        cwd: None,
+                        env: None,
+                        stdin: None,
                     }
                 },
             )
@@ -307,6 +310,13 @@ mod props {
                 .as_ref()
                 .map(|s| s.stop_signal)
                 .filter(|s| *s != StopSignal::Term),
+            cwd: p.spawn.as_ref().and_then(|s| s.cwd.clone()),
+            env: p
+                .spawn
+                .as_ref()
+                .and_then(|s| s.env.clone())
+                .map(|e| e.into_iter().collect()),
+            stdin: p.spawn.as_ref().and_then(|s| s.stdin.clone()),
         }
     }
 

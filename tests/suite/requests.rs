@@ -392,7 +392,7 @@ fn unknown_fields_are_refused() {
     let m = b.marker("unknown");
     b.refuse_answered("unknown_field", |r| touch("f1", r, &m).add("x", "1"));
     b.refuse_answered("unknown_field", |r| {
-        touch("f2", r, &m).add("env", r#"{"A":"1"}"#)
+        touch("f2", r, &m).add("environ", r#"{"A":"1"}"#)
     });
     // Inside the caller object too.
     b.refuse_answered("unknown_field", |r| {

@@ -105,6 +105,9 @@ fn all_refusals() -> Vec<RefusalReason> {
         NoDescriptors,
         BadInnerAlarm,
         BadStopSignal,
+        BadCwd,
+        BadEnv,
+        BadStdin,
     ];
     for r in &all {
         match r {
@@ -112,7 +115,7 @@ fn all_refusals() -> Vec<RefusalReason> {
             | BadCaller | BadArgv | RelativeArgv0 | BadDeadline | BadCapture | BadName
             | BadReply | CallerNotAlive | CallerMismatch | CallerNotOwned | DuplicateId
             | Aborted | Closed | NotFound | NotExecutable | SpawnFailed | Framing | Truncated
-            | NoDescriptors | BadInnerAlarm | BadStopSignal => {}
+            | NoDescriptors | BadInnerAlarm | BadStopSignal | BadCwd | BadEnv | BadStdin => {}
         }
     }
     all
@@ -339,6 +342,8 @@ fn every_kind_events() -> Vec<Event> {
             name: Some("install".into()),
             argv: argv.clone(),
             program: None,
+            cwd: Some("/home/ci/staging".into()),
+            env: Some(vec!["PATH".into(), "LANG".into()]),
             pid: 4130,
             start_time: 8_413_130,
             uid: 1000,
@@ -434,6 +439,8 @@ fn every_kind_events() -> Vec<Event> {
             name: None,
             argv: vec!["launcher".into()],
             program: Some("/opt/hopper/bin/launcher".into()),
+            cwd: None,
+            env: None,
             pid: 4140,
             start_time: 8_413_140,
             uid: 1000,
@@ -1106,6 +1113,14 @@ fn spawn_request(name: Option<&str>) -> Request {
         name: name.map(String::from),
         inner_alarm_ms: Some(180_000),
         stop_signal: Some(StopSignal::Usr1),
+        cwd: Some("/home/ci/staging".into()),
+        env: Some(
+            [("PATH", "/usr/bin:/bin"), ("LANG", "C.UTF-8")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        stdin: Some("install-1.in".into()),
     }
 }
 
@@ -1122,6 +1137,9 @@ fn plain_request(op: Op) -> Request {
         name: None,
         inner_alarm_ms: None,
         stop_signal: None,
+        cwd: None,
+        env: None,
+        stdin: None,
     }
 }
 
@@ -1269,8 +1287,26 @@ fn every_reply() -> Vec<Reply> {
             id,
             reason: RefusalReason::CallerNotOwned,
             detail: "pid 999 is not a descendant of the watchdog or the root".into(),
+            stop_reason: None,
+            errno: None,
         });
     }
+    all.push(Reply::Refused {
+        v: 1,
+        id: Some("launcher-8".into()),
+        reason: RefusalReason::Aborted,
+        detail: "the action was stopped (deadline); nothing launches again".into(),
+        stop_reason: Some(StopReason::Deadline),
+        errno: None,
+    });
+    all.push(Reply::Refused {
+        v: 1,
+        id: Some("launcher-9".into()),
+        reason: RefusalReason::NotFound,
+        detail: "No such file or directory (os error 2)".into(),
+        stop_reason: None,
+        errno: Some(2),
+    });
     all.push(Reply::Exited {
         v: 1,
         id: "install-1".into(),

@@ -42,6 +42,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import holders  # noqa: E402  (section 9, tools/bench/holders.py)
+import oneshot  # noqa: E402  (section 10, tools/bench/oneshot.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -636,6 +637,8 @@ def report(res, info, args, started, ended):
         section8_md(w, res["s8"])
     if res.get("s9") is not None:
         holders.section9_md(w, res["s9"])
+    if res.get("s10") is not None:
+        oneshot.section10_md(w, res["s10"])
     w("## Targets")
     w("")
     w("| target | measured (this run) | |")
@@ -1326,7 +1329,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="one small pass (N=20,200; 1 rep) to debug the harness")
     ap.add_argument("--full", action="store_true", help="repeat the peers' rows as often as the containing supervisors'")
     ap.add_argument("--reps-scale", type=int, default=1, help="multiply the repetition counts")
-    ap.add_argument("--sections", default="1,2,3,4,5,6,7,8,9")
+    ap.add_argument("--sections", default="1,2,3,4,5,6,7,8,9,10")
     ap.add_argument("--ns", help="section 1 only at these N (comma-separated), to iterate")
     ap.add_argument("--sups", help="sections 1 and 3 only for these supervisors (comma-separated)")
     ap.add_argument("--triggers", help="section 1 only for these triggers (comma-separated)")
@@ -1373,7 +1376,9 @@ def main():
     res = {}
     secs = {int(x) for x in args.sections.split(",") if x.strip()}
     fns = {1: section1, 2: section2, 3: section3, 4: section4, 5: section5, 6: section6, 7: section7, 8: section8,
-           9: lambda run, args: holders.section9(run, args, log, WORK, ROOT)}
+           9: lambda run, args: holders.section9(run, args, log, WORK, ROOT),
+           10: lambda run, args: oneshot.section10(os.path.join(REL, "rea-watchdog"),
+                                                   os.path.join(ROOT, "tools"))}
     try:
         for k in sorted(secs):
             info["uptime"].append((f"before section {k}", uptime()))

@@ -182,6 +182,11 @@ symlink, or `rea-watchdog timeout --help`) it takes coreutils' command line.")]
         /// audit-schema/exec-status.schema.json).
         #[arg(long, value_name = "FILE")]
         json_status: Option<PathBuf>,
+        /// Write rea-watchdog's own lines (the log's path, the sealed head,
+        /// a program it could not run, any trouble) to FILE, appended,
+        /// instead of stderr, which is then ARGV's alone.
+        #[arg(long, value_name = "FILE")]
+        notes: Option<PathBuf>,
         #[command(flatten)]
         bounds: Bounds,
         /// The command and its arguments.

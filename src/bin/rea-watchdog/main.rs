@@ -77,28 +77,43 @@ fn main() -> ExitCode {
     ExitCode::from(code.clamp(0, 255) as u8)
 }
 
+/// `exec --notes FILE`: rea's own lines go to FILE (appended, created),
+/// so that exec's stderr is the program's alone.
+fn notes_to(path: &std::path::Path) -> Result<(), String> {
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path);
+    let f = file.map_err(|e| format!("--notes {}: {e}", path.display()))?;
+    rea::tell::notes_to(f);
+    Ok(())
+}
+
+/// `recover`: its result printed as one JSON line (a closed stdout is not
+/// a reason to panic: the log holds it); its exit code.
+fn recover(o: rea::recover::Options) -> i32 {
+    let done = rea::recover::recover(&o);
+    match serde_json::to_string(&done) {
+        Ok(line) => {
+            use std::io::Write;
+            let _ = writeln!(std::io::stdout(), "{line}");
+        }
+        Err(e) => return die(format!("cannot print the result: {e}")),
+    }
+    done.exit_code
+}
+
 fn dispatch(cmd: Cmd) -> i32 {
     match cmd {
         Cmd::Recover {
             log,
             audit_log,
             staging,
-        } => {
-            let done = rea::recover::recover(&rea::recover::Options {
-                log,
-                new: audit_log,
-                staging,
-            });
-            match serde_json::to_string(&done) {
-                // A closed stdout is not a reason to panic: the log holds it.
-                Ok(line) => {
-                    use std::io::Write;
-                    let _ = writeln!(std::io::stdout(), "{line}");
-                }
-                Err(e) => return die(format!("cannot print the result: {e}")),
-            }
-            done.exit_code
-        }
+        } => recover(rea::recover::Options {
+            log,
+            new: audit_log,
+            staging,
+        }),
         Cmd::Run {
             state_dir,
             audit_log,
@@ -137,9 +152,13 @@ fn dispatch(cmd: Cmd) -> i32 {
             capture,
             env,
             json_status,
+            notes,
             bounds,
             argv,
         } => {
+            if let Err(e) = notes.as_deref().map_or(Ok(()), notes_to) {
+                return die(e);
+            }
             let contain = bounds.contain();
             let mut cfg = match config(Mode::Exec, None, bounds) {
                 Ok(c) => c,

@@ -71,6 +71,8 @@ pub fn launcher_job(job: u64, caller: Ident, watchdog_pid: i32) -> [Event; 4] {
             id: format!("launcher-{job}"),
             name: Some("launcher".into()),
             program: None,
+            cwd: None,
+            env: None,
             argv: vec![
                 "/srv/stage/hopper/bin/Hopper".into(),
                 "--headless".into(),

@@ -322,6 +322,8 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
             name: Some(name.into()),
             argv,
             program: None,
+            cwd: None,
+            env: None,
             pid,
             start_time,
             uid: me.uid,

@@ -66,7 +66,7 @@ import signal
 import stat
 import subprocess
 import time
-from typing import IO, Any, Iterable, Optional, TypeVar, Union
+from typing import IO, Any, Iterable, Mapping, Optional, TypeVar, Union
 
 #: A duration: seconds as a number, or a string like the CLI's ("500ms", "2m").
 Duration = Union[float, str]
@@ -81,10 +81,15 @@ PROTOCOL_VERSION = 1
 MAX_REQUEST = 4096
 _SLICE_MS = 500
 
+# Every public name (tests/suite/python_client.rs checks that nothing
+# public is missing and nothing listed is absent).
 __all__ = [
     "ReaError", "StaleStateDir", "WatchdogGone", "Refused", "ReplyTimeout",
-    "Watchdog", "Client", "Job", "JobResult", "Receipt", "Verdict",
-    "verify", "bind", "start_time",
+    "ActionStopped", "OutputLimitExceeded",
+    "Watchdog", "Client", "Job", "JobResult", "Receipt", "Verdict", "Reconciled",
+    "Runner", "run", "bwrap_argv", "DIE_WITH_PARENT",
+    "verify", "reconcile", "may_delete", "read_receipt", "bind", "start_time",
+    "Duration", "StrPath", "JSONObject", "STOP_SIGNALS", "PROTOCOL_VERSION", "MAX_REQUEST",
 ]
 
 
@@ -105,13 +110,19 @@ class ReplyTimeout(ReaError):
 
 
 class Refused(ReaError):
-    """The watchdog refused a request; nothing was launched or changed."""
+    """The watchdog refused a request; nothing was launched or changed.
+    `reason` is the refusal code (docs/requests.md); `stop_reason` says why
+    the action stopped when `reason` is "aborted"; `errno` is what exec,
+    chdir or fork said for "not_found", "not_executable", "spawn_failed"."""
 
-    def __init__(self, reason: str, detail: str, request_id: Optional[str] = None) -> None:
+    def __init__(self, reason: str, detail: str, request_id: Optional[str] = None,
+                 stop_reason: Optional[str] = None, errno: Optional[int] = None) -> None:
         super().__init__(f"request {request_id or '?'} refused: {reason} ({detail})")
         self.reason = reason
         self.detail = detail
         self.request_id = request_id
+        self.stop_reason = stop_reason
+        self.errno = errno
 
 
 # ----- process identity ---------------------------------------------------
@@ -419,6 +430,12 @@ class Client:
             os.close(self.watchdog_fd)
             self.watchdog_fd = None
 
+    def __enter__(self: _C) -> _C:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close_fd()
+
     def _watchdog_fd(self) -> int:
         if self.watchdog_fd is None:
             raise ReaError(f"the client of {self.state_dir} is closed (close_fd)")
@@ -491,7 +508,9 @@ class Client:
 
     def spawn(self, argv: Iterable[StrPath], deadline: Duration, capture: bool = False,
               name: Optional[str] = None, inner_alarm: Optional[Duration] = None,
-              stop_signal: Optional[Union[str, int]] = None) -> "Job":
+              stop_signal: Optional[Union[str, int]] = None, *,
+              cwd: Optional[StrPath] = None, env: Optional[Mapping[str, str]] = None,
+              input: Optional[bytes] = None) -> "Job":
         """Asks for a job and waits for `accepted`; returns a `Job` to wait on.
         `deadline` is in seconds (a number, or a string like "500ms", "2m");
         `inner_alarm` (the same, below the deadline)
@@ -500,7 +519,12 @@ class Client:
         "INT", "HUP", "QUIT", "USR1", "USR2", "ALRM") is what the leader is asked to
         stop with when the action stops: it alone is asked first, and the
         rest of its tree gets SIGTERM once it has exited or half the TERM
-        grace has passed. Raises `Refused` (nothing launched)."""
+        grace has passed. `cwd` is the job's working directory (made
+        absolute here), `env` its whole environment (the watchdog sets its
+        REA_* names over it; the request's 4096-byte cap applies), `input`
+        the bytes it reads on stdin (written to a file in replies/ that is
+        removed once answered; default /dev/null). Raises `Refused`
+        (nothing launched)."""
         if stop_signal is not None:
             stop_signal = _stop_signal(stop_signal)
         args = [os.fspath(a) for a in argv]
@@ -513,24 +537,43 @@ class Client:
         req = self._request("spawn", name or "job", argv=args,
                             deadline_ms=_duration_ms(deadline, "deadline"),
                             capture="capture" if capture else "discard", name=name,
-                            inner_alarm_ms=alarm_ms, stop_signal=stop_signal)
-        chan = self._send(req)
+                            inner_alarm_ms=alarm_ms, stop_signal=stop_signal,
+                            cwd=None if cwd is None else os.path.abspath(os.fspath(cwd)),
+                            env=None if env is None else dict(env))
+        stdin_path = None
+        if input is not None:
+            req["stdin"] = req["id"] + ".in"
+            stdin_path = os.path.join(self.state_dir, "replies", req["stdin"])
+            _write_private(stdin_path, input)
         try:
-            first = chan.next(30)
-            if first["type"] == "refused":
-                raise Refused(first["reason"], first["detail"], req["id"])
-            if first["type"] != "accepted":
-                raise ReaError(f"unexpected first reply: {first}")
-        except BaseException:
-            chan.close()
-            raise
+            chan = self._send(req)
+            try:
+                first = chan.next(30)
+                if first["type"] == "refused":
+                    raise Refused(first["reason"], first["detail"], req["id"],
+                                  first.get("stop_reason"), first.get("errno"))
+                if first["type"] != "accepted":
+                    raise ReaError(f"unexpected first reply: {first}")
+            except BaseException:
+                chan.close()
+                raise
+        finally:
+            # Admission opened it (or refused): the job holds its own descriptor.
+            if stdin_path is not None:
+                try:
+                    os.unlink(stdin_path)
+                except FileNotFoundError:
+                    pass
         return Job(chan, first, req["id"])
 
     def submit(self, argv: Iterable[StrPath], deadline: Duration, capture: bool = False,
                name: Optional[str] = None, inner_alarm: Optional[Duration] = None,
-               stop_signal: Optional[Union[str, int]] = None) -> "JobResult":
+               stop_signal: Optional[Union[str, int]] = None, *,
+               cwd: Optional[StrPath] = None, env: Optional[Mapping[str, str]] = None,
+               input: Optional[bytes] = None) -> "JobResult":
         """Runs a job to its end; returns its `JobResult`."""
-        return self.spawn(argv, deadline, capture, name, inner_alarm, stop_signal).wait()
+        return self.spawn(argv, deadline, capture, name, inner_alarm, stop_signal,
+                          cwd=cwd, env=env, input=input).wait()
 
     def stop(self, wait: Duration = 8) -> JSONObject:
         """Stops the action (stop_requested) and waits for the stop to finish.
@@ -539,7 +582,7 @@ class Client:
         with chan:
             r = chan.next(wait)
         if r["type"] == "refused":
-            raise Refused(r["reason"], r["detail"], r.get("id"))
+            raise Refused(r["reason"], r["detail"], r.get("id"), r.get("stop_reason"))
         return r
 
     def close(self, wait: Duration = 8) -> JSONObject:
@@ -551,6 +594,19 @@ class Client:
         if r["type"] == "refused":
             raise Refused(r["reason"], r["detail"], r.get("id"))
         return r
+
+
+def _write_private(path: str, data: bytes) -> None:
+    """Creates `path` (mode 0600, never following a symlink) holding `data`."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        os.fchmod(fd, 0o600)   # whatever the umask did
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 class _Channel:
@@ -673,14 +729,51 @@ class Job:
 # ----- owning a watchdog ---------------------------------------------------
 
 class Watchdog(Client):
-    """A `rea-watchdog run` this process started and is the root controller of."""
+    """A `rea-watchdog run` this process started and is the root controller of.
+
+    A context manager: `with Watchdog.start(...) as wd:` closes the action
+    at the end of the block if nobody did (a close stops whatever still
+    runs: close_while_running), waits for the watchdog's exit and keeps
+    the `Receipt` in `wd.receipt`."""
 
     proc: "subprocess.Popen[bytes]"
     pidfd: int
     pid: int
     audit_log: str
     sealed: Optional[JSONObject]
+    receipt: Optional[Receipt]
     _stdout_rest: bytes
+
+    def __enter__(self) -> "Watchdog":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self.proc.returncode is None and self.receipt is None:
+                try:
+                    self.receipt = self.close()
+                except ReaError:
+                    # No close (the watchdog is gone or did not answer): a
+                    # SIGTERM stops it the operator's way, with a receipt.
+                    self._end()
+        finally:
+            self.close_fd()
+
+    def _end(self) -> None:
+        """Waits for the watchdog's exit: SIGTERM first (a clean stop),
+        SIGKILL only if it has not exited 30 s later."""
+        if self.proc.returncode is not None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                self.kill(sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.wait(30)
+                return
+            except ReplyTimeout:
+                continue
 
     @classmethod
     def start(cls, binary: Optional[StrPath] = None, state_dir: Optional[StrPath] = None,
@@ -739,6 +832,7 @@ class Watchdog(Client):
         self.pid = proc.pid
         self.audit_log = ready["audit_log"]
         self.sealed = None
+        self.receipt = None
         self._stdout_rest = rest
         return self
 
@@ -782,8 +876,9 @@ class Watchdog(Client):
             raise ReaError(f"the close reply's head {head} differs from the sealed "
                            f"line's {sealed.get('head')}")
         record = read_receipt(reply["audit_log"], head) if head else None
-        return Receipt(reply["outcome"], reply["stop_reason"], reply["positive"], head,
-                       reply["audit_log"], self.run_id, code, record)
+        self.receipt = Receipt(reply["outcome"], reply["stop_reason"], reply["positive"], head,
+                               reply["audit_log"], self.run_id, code, record)
+        return self.receipt
 
 
 def _stdout(proc: "subprocess.Popen[bytes]") -> IO[bytes]:
@@ -929,3 +1024,8 @@ def reconcile(binary: Optional[StrPath], audit_log: StrPath, staging: Optional[S
         args += ["--state-dir", os.fspath(state_dir)]
     return _rea_audit(binary, "reconcile", audit_log, args, Reconciled, "report")
 
+
+# The Runner, bwrap_argv and the one-shot run (docs/runner.md), in their own
+# module; imported last, once everything above exists (they use it).
+from ._runner import (  # noqa: E402
+    DIE_WITH_PARENT, ActionStopped, OutputLimitExceeded, Runner, bwrap_argv, run)
