@@ -63,32 +63,7 @@ pub enum Problem {
     NotARegularFile,
 }
 
-impl From<crate::log::Fault> for Problem {
-    /// A fault of the chain rule, as the discard log's verifier names it
-    /// (every way a line is not a record is `malformed`).
-    fn from(f: crate::log::Fault) -> Problem {
-        use crate::log::Fault as F;
-        match f {
-            F::UnknownKind => Problem::UnknownKind,
-            F::BadVersion => Problem::BadVersion,
-            F::NonCanonical => Problem::NonCanonical,
-            F::SeqMismatch => Problem::SeqMismatch,
-            F::MonoRegressed => Problem::MonoRegressed,
-            F::GenesisMismatch => Problem::GenesisMismatch,
-            F::RunMismatch => Problem::RunMismatch,
-            F::PrevMismatch => Problem::PrevMismatch,
-            F::LineTooLong
-            | F::CarriageReturn
-            | F::InvalidUtf8
-            | F::MalformedJson
-            | F::UnknownField
-            | F::DuplicateKey
-            | F::Float
-            | F::BadField
-            | F::BadTimestamp => Problem::Malformed,
-        }
-    }
-}
+coarse_faults!(Problem);
 
 impl Problem {
     pub fn class(self) -> StageResult {

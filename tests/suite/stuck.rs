@@ -21,7 +21,7 @@
 use crate::common;
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -50,36 +50,9 @@ struct StuckMount {
 
 impl StuckMount {
     fn on(target: &Path) -> StuckMount {
-        let dev = CString::new("/dev/fuse").unwrap();
-        // SAFETY: a valid C string; the descriptor returned is owned below.
-        let fd = unsafe { libc::open(dev.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-        assert!(
-            fd >= 0,
-            "open /dev/fuse: {}",
-            std::io::Error::last_os_error()
-        );
-        // SAFETY: `fd` was just opened and is owned by nothing else.
-        let fuse = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        // Mounted and never served: INIT is never read.
+        let fuse = common::fuse::mount_fuse(target, "rea-stuck");
         let target = CString::new(target.as_os_str().as_bytes()).unwrap();
-        let source = CString::new("rea-stuck").unwrap();
-        let fstype = CString::new("fuse").unwrap();
-        let data = CString::new(format!(
-            "fd={},rootmode=40000,user_id=0,group_id=0",
-            fuse.as_raw_fd()
-        ))
-        .unwrap();
-        // SAFETY: valid C strings; the mount is in this thread's private
-        // mount namespace.
-        let r = unsafe {
-            libc::mount(
-                source.as_ptr(),
-                target.as_ptr(),
-                fstype.as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                data.as_ptr() as *const libc::c_void,
-            )
-        };
-        assert_eq!(r, 0, "mount fuse: {}", std::io::Error::last_os_error());
         StuckMount {
             target,
             fuse: Some(fuse),
@@ -134,23 +107,37 @@ fn helpers_named(s: &str) -> Vec<i32> {
         .collect()
 }
 
-/// Once the connection is aborted, no helper named is left (a process
-/// blocked on the mount would be in state D, or a zombie nobody reaps).
+/// Once the connection is aborted, every helper named exits (one still
+/// blocked on the mount would stay in state D): each is bound to a pidfd
+/// while it is still a rea helper, and the pidfd must poll readable (the
+/// process exited) within the bound. A pid gone, or reused by something
+/// other than a rea helper, before it was bound has exited already.
 fn assert_gone(pids: &[i32]) {
-    let t0 = Instant::now();
     for &pid in pids {
-        loop {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            // Gone, or the pid reused by something else than a rea helper.
-            if stat.is_empty() || !stat.contains("(rea-") {
-                break;
-            }
-            assert!(
-                t0.elapsed() < PATIENCE,
-                "helper {pid} still there after the abort: {stat}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        let stat =
+            |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let before = stat(pid);
+        if !before.contains("(rea-") {
+            continue;
         }
+        // SAFETY: pidfd_open takes a pid and flags and returns a new
+        // descriptor (owned below) or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+        if fd < 0 {
+            continue; // exited (and reaped) since
+        }
+        // SAFETY: `fd` was just returned by pidfd_open and is owned by nothing else.
+        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        // Not a rea helper now: the pid was reused in between (that helper
+        // had exited).
+        if !stat(pid).contains("(rea-") {
+            continue;
+        }
+        assert!(
+            wait_readable(&fd, PATIENCE),
+            "helper {pid} still there after the abort: {}",
+            stat(pid)
+        );
     }
 }
 

@@ -84,39 +84,50 @@ pub struct FuseServer {
     reads: Receiver<ReadTaken>,
 }
 
+/// Opens `/dev/fuse` (close-on-exec) and mounts a FUSE file system of it
+/// on `target`, named `source` in the mount table, in this thread's mount
+/// namespace (`common::mounts::private_mount_ns` first). Returns the
+/// connection's only descriptor: whoever holds it is the server; closing
+/// it aborts the connection.
+pub fn mount_fuse(target: &Path, source: &str) -> OwnedFd {
+    let dev = CString::new("/dev/fuse").unwrap();
+    // SAFETY: a valid C string; the descriptor returned is owned below.
+    let fd = unsafe { libc::open(dev.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    assert!(
+        fd >= 0,
+        "open /dev/fuse: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let fuse = unsafe { OwnedFd::from_raw_fd(fd) };
+    let target = CString::new(target.as_os_str().as_bytes()).unwrap();
+    let source = CString::new(source).unwrap();
+    let fstype = CString::new("fuse").unwrap();
+    let data = CString::new(format!(
+        "fd={},rootmode=40000,user_id=0,group_id=0",
+        fuse.as_raw_fd()
+    ))
+    .unwrap();
+    // SAFETY: valid C strings; the mount is in this thread's private
+    // mount namespace.
+    let r = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            data.as_ptr() as *const libc::c_void,
+        )
+    };
+    assert_eq!(r, 0, "mount fuse: {}", std::io::Error::last_os_error());
+    fuse
+}
+
 impl FuseServer {
     /// Mounts the file system on `target` (a directory) and serves it.
     pub fn on(target: &Path) -> FuseServer {
-        let dev = CString::new("/dev/fuse").unwrap();
-        // SAFETY: a valid C string; the descriptor returned is owned below.
-        let fd = unsafe { libc::open(dev.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-        assert!(
-            fd >= 0,
-            "open /dev/fuse: {}",
-            std::io::Error::last_os_error()
-        );
-        // SAFETY: `fd` was just opened and is owned by nothing else.
-        let fuse = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        let fuse = Arc::new(mount_fuse(target, "rea-fuse-test"));
         let target = CString::new(target.as_os_str().as_bytes()).unwrap();
-        let source = CString::new("rea-fuse-test").unwrap();
-        let fstype = CString::new("fuse").unwrap();
-        let data = CString::new(format!(
-            "fd={},rootmode=40000,user_id=0,group_id=0",
-            fuse.as_raw_fd()
-        ))
-        .unwrap();
-        // SAFETY: valid C strings; the mount is in this thread's private
-        // mount namespace.
-        let r = unsafe {
-            libc::mount(
-                source.as_ptr(),
-                target.as_ptr(),
-                fstype.as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                data.as_ptr() as *const libc::c_void,
-            )
-        };
-        assert_eq!(r, 0, "mount fuse: {}", std::io::Error::last_os_error());
         let (stop_rd, stop) = pipe();
         let (tx, reads) = channel();
         let served = Arc::clone(&fuse);
