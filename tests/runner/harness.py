@@ -78,21 +78,31 @@ def stat(pid):
     return fields[0].decode(), int(fields[19])
 
 
-def end_survivors(reports):
-    """The reported processes still alive (same pid *and* start time, not
-    a zombie):
-    this script's own descendants, ended through a pidfd (never by name)."""
+def end_survivors(reports, settle):
+    """The reported processes still alive: this script's own descendants,
+    ended through a pidfd (never by name).
+
+    A process is dead once its pidfd is readable (the kernel's exit
+    notification), not when the oracle FIFO reaches EOF: a process closes
+    its files in exit before it is reported exited, so right after EOF it
+    may still show as running. `settle` bounds the wait for that exit
+    (used only once EOF has proved every holder is exiting); 0 looks once.
+    """
     alive = []
+    until = time.monotonic() + settle
     for r in reports:
         try:
             fd = os.pidfd_open(r["pid"])
         except ProcessLookupError:
             continue
         try:
-            state, st = stat(r["pid"])
-            # A zombie nobody reaped yet (PID 1 of the test's namespace
-            # does not) is dead: it holds nothing.
-            if st == r["start_time"] and state != "Z":
+            _, st = stat(r["pid"])
+            if st != r["start_time"]:
+                continue  # another process now has the pid
+            p = select.poll()
+            p.register(fd, select.POLLIN)
+            left = max(0.0, until - time.monotonic())
+            if not p.poll(int(left * 1000)):
                 alive.append(r["role"])
                 signal.pidfd_send_signal(fd, signal.SIGKILL)
         except (FileNotFoundError, ProcessLookupError):
@@ -130,7 +140,7 @@ def main():
         reports, eof = watch(rfd, 10 if not plain else 4)
         out["reported"] = sorted(r["role"] for r in reports)
         out["eof"] = eof
-        out["survivors"] = sorted(end_survivors(reports))
+        out["survivors"] = sorted(end_survivors(reports, 10 if eof else 0))
     if wd is not None:
         for label, again in (("next_call", run),
                              ("fresh_runner", rea_client.Runner(wd, wrap=rea_client.bwrap_argv))):
