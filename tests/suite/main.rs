@@ -45,6 +45,7 @@ mod reconcile;
 mod recover;
 mod report;
 mod requests;
+mod schedules;
 mod schema;
 mod show;
 mod smoke_stop;
