@@ -51,6 +51,7 @@ mod show;
 mod smoke_stop;
 mod stage;
 mod stop;
+mod stop_bound;
 mod stop_storm;
 mod stuck;
 mod timeout;
