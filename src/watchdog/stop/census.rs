@@ -7,11 +7,17 @@
 //!   signalled and held (its held pidfd says it is alive, and a held
 //!   process keeps its pid). A member not held yet is a *placeholder*
 //!   (pid only, [`is_placeholder`]): its bind reads it once, through the
-//!   pidfd that proves its membership. Only when the group is empty but
-//!   `waitid` still sees a child is the closure scanned (a descendant that
-//!   left the group, which only a privileged job can do).
+//!   pidfd that proves its membership. The closure is scanned only when
+//!   the group is empty but `waitid` still sees a child (a descendant that
+//!   left the group, which only a privileged job can do), and, once the
+//!   KILL stage's frozen census did not prove that the group holds every
+//!   process of the action, on every step after it: a process outside
+//!   the group is then signalled with the members, not only once they are
+//!   gone (they may outlive the kill bound).
 //! * cgroup mode without `PIDFD_GET_INFO`: the closure, plus the members
 //!   it missed, all bound by the scan's read-back.
+
+use std::collections::HashSet;
 
 use super::group;
 use super::{StopHost, Stopper};
@@ -118,7 +124,7 @@ impl Stopper {
             if let Err(e) = group::add_members(g, &mut missed) {
                 c.error.get_or_insert(e.to_string());
             }
-            let seen: std::collections::HashSet<i32> = c.closure.iter().map(|s| s.pid).collect();
+            let seen: HashSet<i32> = c.closure.iter().map(|s| s.pid).collect();
             for st in missed {
                 if seen.contains(&st.pid) || self.is_foreign(st.pid, Some(st.start_time)) {
                     continue;
@@ -159,11 +165,15 @@ impl Stopper {
             let st = known.unwrap_or_else(|| placeholder(pid));
             c.members.push(st);
         }
-        if c.members.is_empty() && !echild {
+        if (c.members.is_empty() && !echild) || self.beyond_group {
             // A child is left (a zombie not reaped yet, or a descendant
-            // that left the group): the closure says which.
+            // that left the group), or the KILL stage found a process of
+            // the action outside the group: the closure says which. (Its
+            // members are listed once, by the group.)
+            let listed: HashSet<i32> = c.members.iter().map(|s| s.pid).collect();
             let scan = self.closure(me.pid);
             c.closure = scan.closure;
+            c.closure.retain(|s| !listed.contains(&s.pid));
             c.error = scan.error;
         }
         c

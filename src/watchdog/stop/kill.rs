@@ -92,6 +92,7 @@ impl Stopper {
     /// is the exception: the sweeps must end it first). Never blocks.
     pub(super) fn kill_group(&mut self, host: &mut impl StopHost, now: Instant) -> bool {
         if !self.foreign.is_empty() && self.gate != Gate::Decided {
+            self.beyond_group = true;
             self.thaw(host); // a stranger is in the group: never cgroup.kill
             return false;
         }
@@ -112,11 +113,15 @@ impl Stopper {
                 return true;
             }
             Ok(false) | Err(_) => {
+                self.beyond_group = true;
                 self.thaw(host);
                 return false;
             }
         }
-        match self.frozen_census(host) {
+        let census = self.frozen_census(host);
+        // Only a proven census lets the sweeps look at the group alone.
+        self.beyond_group |= !matches!(census, Frozen::Proven);
+        match census {
             Frozen::Proven => {
                 if let Some(ev) = host.group().map(group::kill_record) {
                     host.append(ev);

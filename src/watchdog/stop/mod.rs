@@ -29,7 +29,8 @@
 //! a step then checks for the end: `waitid` says ECHILD *and* the census
 //! finds nothing. The TERM stage ends early when that holds; the KILL
 //! stage repeats sweeps until it holds or the kill bound runs out (the
-//! proof then fails). A sweep's record is made durable before any of its
+//! proof then fails, after a last sweep: the bound limits the wait for the
+//! proof, never whether a process seen gets its SIGKILL). A sweep's record is made durable before any of its
 //! signals is sent; only verified pidfds are signalled; "already
 //! signalled" is keyed by (pid, start time).
 //!
@@ -242,6 +243,12 @@ pub struct Stopper {
     soft: usize,
     /// cgroup mode: where the KILL stage's `cgroup.kill` stands (`kill.rs`).
     gate: kill::Gate,
+    /// cgroup mode: the KILL stage's frozen census did not prove that the
+    /// group holds every live process of the action (one is outside it, a
+    /// stranger is in it, the group did not freeze or could not be read),
+    /// so every later census scans the `/proc` closure too, not only the
+    /// group's members (`census.rs`).
+    beyond_group: bool,
     /// Processes proven the action's by lineage (see `process::lineage`).
     proven: Proven,
     /// Members of the action's group proven *not* the action's, by pid and
@@ -307,6 +314,7 @@ impl Stopper {
             held: Held::default(),
             soft: sweep::soft_limit(),
             gate: kill::Gate::Open,
+            beyond_group: false,
             proven: Proven::default(),
             foreign: HashMap::new(),
             reaped_at: now,
@@ -357,6 +365,12 @@ impl Stopper {
             self.enter_kill(now);
         }
         if self.stage == Stage::Kill && now >= self.kill_until {
+            // The bound is over and the stop ends unproven, but what this
+            // step sees and never signalled still gets its SIGKILL first:
+            // the bound limits the wait for the proof, not the killing. (A
+            // step may come late: the loop blocked in a reap the kernel
+            // made slow, ~1 s for a killed `Z` leader on a loaded box.)
+            self.sweep(host, &census);
             // By pid: a group member's census entry may not carry its start
             // time (see `Census`); a pid reused meanwhile makes the proof
             // fail, never pass.
