@@ -200,6 +200,11 @@ pub struct JobSpawned {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller_job: Option<u64>,
     pub deadline_ms: Option<u64>,
+    /// The inner alarm armed for the job (SIGALRM to its leader this long
+    /// after the spawn, docs/requests.md): recorded whether or not it goes
+    /// off, so that an armed alarm always leaves a trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inner_alarm_ms: Option<u64>,
     pub capture: Capture,
     /// What the leader is asked to stop with when the action stops (the
     /// ask step, docs/stop.md).

@@ -278,6 +278,7 @@ impl Jobs {
             caller: req.caller_ident,
             caller_job: req.caller_via.as_ref().and_then(|v| self.job_of(v)),
             deadline_ms: deadline.map(|d| millis(d.saturating_duration_since(now))),
+            inner_alarm_ms: req.inner_alarm.map(millis),
             capture: req.capture,
             stop_signal: req.stop_signal,
         }));

@@ -146,3 +146,27 @@ fn an_inner_alarm_not_below_the_deadline_is_refused_and_launches_nothing() {
     assert!(of_kind(&recs, "job_spawned").is_empty());
     close_positive(&mut w);
 }
+
+#[test]
+fn an_armed_alarm_that_never_goes_off_is_recorded_at_the_spawn() {
+    require_pid_ns!("inner_alarm_armed");
+    let mut w = Watchdog::start(&[]);
+    let armed = w.submit(
+        &["--deadline", "240s", "--inner-alarm", "180s"],
+        &["/bin/true"],
+    );
+    assert_eq!(armed.status.code(), Some(0), "{armed:?}");
+    let plain = w.submit(&["--deadline", "60s"], &["/bin/true"]);
+    assert_eq!(plain.status.code(), Some(0), "{plain:?}");
+    let recs = w.records();
+    let spawned = of_kind(&recs, "job_spawned");
+    assert_eq!(spawned.len(), 2, "{recs:#?}");
+    // The 180 s alarm left a trace though it never went off; a job with
+    // none says nothing of one.
+    assert_eq!(spawned[0]["data"]["inner_alarm_ms"], 180_000, "{recs:#?}");
+    assert!(spawned[1]["data"].get("inner_alarm_ms").is_none());
+    assert!(alarms(&recs).is_empty(), "{recs:#?}");
+    close_positive(&mut w);
+    let (code, v) = w.verify(&["--staging", w.staging.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v:#}");
+}

@@ -86,6 +86,7 @@ pub fn launcher_job(job: u64, caller: Ident, watchdog_pid: i32) -> [Event; 4] {
             caller: Some(caller),
             caller_job: None,
             deadline_ms: Some(60_000),
+            inner_alarm_ms: None,
             capture: Capture::Discard,
             stop_signal: Sig::TERM,
         }),

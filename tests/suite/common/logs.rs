@@ -332,6 +332,7 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
             caller: Some(caller),
             caller_job: None,
             deadline_ms: Some(if j == 1 { 200_000 } else { 60_000 }),
+            inner_alarm_ms: None,
             capture: if j == 1 {
                 Capture::Capture
             } else {
