@@ -13,6 +13,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use crate::json_error::{self, ErrorKind, JsonError};
 use crate::vocab::{bounded, is_reply_name, is_token, Ident, StopSignal};
 /// The request vocabulary (defined in [`crate::vocab`]).
 pub use crate::vocab::{Capture, Op, RefusalReason};
@@ -255,15 +256,12 @@ pub fn is_object(json: &str) -> bool {
         .starts_with('{')
 }
 
-/// Classifies a serde_json error into the refusal it stands for.
-pub fn json_error_reason(e: &serde_json::Error) -> RefusalReason {
-    let msg = e.to_string();
-    if msg.starts_with("unknown field") {
-        RefusalReason::UnknownField
-    } else if msg.starts_with("duplicate field") {
-        RefusalReason::DuplicateKey
-    } else {
-        RefusalReason::Malformed
+/// The refusal a JSON error stands for, by its kind.
+pub fn json_error_reason(e: &JsonError) -> RefusalReason {
+    match e.kind {
+        ErrorKind::UnknownField => RefusalReason::UnknownField,
+        ErrorKind::DuplicateField => RefusalReason::DuplicateKey,
+        _ => RefusalReason::Malformed,
     }
 }
 
@@ -295,7 +293,7 @@ pub fn parse_request(line: &[u8]) -> Result<ParsedRequest, Refusal> {
             "a request is a JSON object",
         ));
     }
-    let wire: Wire = match serde_json::from_str(text) {
+    let wire: Wire = match json_error::from_str(text) {
         Ok(w) => w,
         Err(e) => {
             let mut r = Refusal::new(json_error_reason(&e), bounded(&e.to_string()));
@@ -353,7 +351,7 @@ pub fn parse_request(line: &[u8]) -> Result<ParsedRequest, Refusal> {
             "caller must be an object {\"pid\",\"start_time\",\"uid\"}",
         )));
     }
-    let caller: Caller = serde_json::from_str(wire.caller.get()).map_err(|e| {
+    let caller: Caller = json_error::from_str(wire.caller.get()).map_err(|e| {
         let reason = match json_error_reason(&e) {
             RefusalReason::Malformed => RefusalReason::BadCaller,
             other => other,

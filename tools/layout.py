@@ -56,7 +56,7 @@ FN_CEILINGS = {
 
 # Bottom first: a folder may import folders of lower layers only.
 LAYERS = [
-    ["signame", "units", "b64", "tell"],  # leaves: no crate imports
+    ["signame", "units", "b64", "tell", "json_error"],  # leaves: no crate imports
     ["vocab", "clock"],  # the shared vocabulary, the wall and monotonic clocks
     ["process", "log", "protocol"],  # identity and pidfds; the chained log; the request wire
     ["bounded"],  # file-system work with a deadline
