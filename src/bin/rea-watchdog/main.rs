@@ -77,14 +77,32 @@ fn main() -> ExitCode {
     ExitCode::from(code.clamp(0, 255) as u8)
 }
 
+/// `exec --notes FILE` could not be opened for appending.
+#[derive(Debug)]
+struct NotesError {
+    path: std::path::PathBuf,
+    error: std::io::Error,
+}
+
+impl std::fmt::Display for NotesError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "--notes {}: {}", self.path.display(), self.error)
+    }
+}
+
+impl std::error::Error for NotesError {}
+
 /// `exec --notes FILE`: rea's own lines go to FILE (appended, created),
 /// so that exec's stderr is the program's alone.
-fn notes_to(path: &std::path::Path) -> Result<(), String> {
+fn notes_to(path: &std::path::Path) -> Result<(), NotesError> {
     let file = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
         .open(path);
-    let f = file.map_err(|e| format!("--notes {}: {e}", path.display()))?;
+    let f = file.map_err(|error| NotesError {
+        path: path.to_path_buf(),
+        error,
+    })?;
     rea::tell::notes_to(f);
     Ok(())
 }
