@@ -345,28 +345,7 @@ pub fn parse_request(line: &[u8]) -> Result<ParsedRequest, Refusal> {
         )));
     }
     let op: Op = field(wire.op, RefusalReason::BadOp, "op").map_err(addressed)?;
-    if !is_object(wire.caller.get()) {
-        return Err(addressed(Refusal::new(
-            RefusalReason::BadCaller,
-            "caller must be an object {\"pid\",\"start_time\",\"uid\"}",
-        )));
-    }
-    let caller: Caller = json_error::from_str(wire.caller.get()).map_err(|e| {
-        let reason = match json_error_reason(&e) {
-            RefusalReason::Malformed => RefusalReason::BadCaller,
-            other => other,
-        };
-        addressed(Refusal::new(
-            reason,
-            format!("caller: {}", bounded(&e.to_string())),
-        ))
-    })?;
-    if caller.pid <= 0 {
-        return Err(addressed(Refusal::new(
-            RefusalReason::BadCaller,
-            "caller.pid must be positive",
-        )));
-    }
+    let caller = parse_caller(wire.caller).map_err(addressed)?;
 
     let spawn = match op {
         Op::Spawn => Some(parse_spawn(&wire).map_err(addressed)?),
@@ -388,6 +367,31 @@ pub fn parse_request(line: &[u8]) -> Result<ParsedRequest, Refusal> {
         reply,
         spawn,
     })
+}
+
+/// The `caller` field: an object of exactly its three fields, a positive
+/// pid (whether the caller is who it claims is checked later).
+fn parse_caller(raw: &RawValue) -> Result<Caller, Refusal> {
+    if !is_object(raw.get()) {
+        return Err(Refusal::new(
+            RefusalReason::BadCaller,
+            "caller must be an object {\"pid\",\"start_time\",\"uid\"}",
+        ));
+    }
+    let caller: Caller = json_error::from_str(raw.get()).map_err(|e| {
+        let reason = match json_error_reason(&e) {
+            RefusalReason::Malformed => RefusalReason::BadCaller,
+            other => other,
+        };
+        Refusal::new(reason, format!("caller: {}", bounded(&e.to_string())))
+    })?;
+    if caller.pid <= 0 {
+        return Err(Refusal::new(
+            RefusalReason::BadCaller,
+            "caller.pid must be positive",
+        ));
+    }
+    Ok(caller)
 }
 
 fn parse_spawn(wire: &Wire) -> Result<SpawnSpec, Refusal> {
