@@ -37,7 +37,6 @@ FN_CEILINGS = {
     "audit/replay.rs:record": 144,
     "audit/replay.rs:finish": 123,
     "audit/report/identity.rs:watchdog_rows": 137,
-    "audit/report/timeline.rs:note": 122,
     "audit/show.rs:summary": 218,
     "audit/stage_log.rs:structure": 164,
     "audit/verify.rs:judge": 147,
