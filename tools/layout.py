@@ -35,8 +35,6 @@ FN_CEILINGS = {
     "audit/replay.rs:record": 144,
     "audit/replay.rs:finish": 123,
     "audit/report/identity.rs:watchdog_rows": 137,
-    "audit/show.rs:summary": 218,
-    "audit/stage_log.rs:structure": 164,
     "audit/verify.rs:judge": 147,
     "bin/rea-audit.rs:main": 175,
     "bin/rea-watchdog/main.rs:dispatch": 157,
