@@ -4,8 +4,9 @@
 use super::people::word;
 use crate::holders::HolderScan;
 use crate::kinds::watchdog::{
-    AskEnd, AskEnded, Event, HoldersScanned, JobExited, JobSpawned, Proc, Reaped, Receipt,
-    RequestsRefused, RunStarted, SignalReceived, SignalSweep, StopTriggered, TempEntry,
+    AskEnd, AskEnded, Containment, Event, HoldersScanned, InnerAlarm, JobExited, JobSpawned, Proc,
+    Reaped, Receipt, RequestReceived, RequestsRefused, RootBound, RunStarted, SignalReceived,
+    SignalSweep, StagingInventoried, StopTriggered, TempEntry, Unkillable,
 };
 
 /// Sockets, FIFOs, devices: named, since a runtime may still hold them.
@@ -41,28 +42,12 @@ fn procs_and(ps: &[Proc], unnamed: u64) -> String {
 pub fn summary(ev: &Event) -> String {
     match ev {
         Event::RunStarted(r) => run_started(r),
-        Event::RootBound(r) => match (r.root, &r.comm) {
-            (Some(root), Some(comm)) => {
-                format!(
-                    "root {} ({comm}), bound as the {}",
-                    root.pid,
-                    word(&r.source)
-                )
-            }
-            _ => format!("no root bound ({})", word(&r.source)),
-        },
+        Event::RootBound(r) => root_bound(r),
         Event::StageArmed(a) => format!(
             "stage {} armed: {} (inode {}) before any spawn",
             a.path, a.marker, a.ino
         ),
-        Event::RequestReceived(r) => format!(
-            "{} {} from {}",
-            r.op.map(|o| word(&o)).unwrap_or_else(|| "?".into()),
-            r.id.as_deref().unwrap_or("?"),
-            r.caller
-                .map(|c| c.pid.to_string())
-                .unwrap_or_else(|| "?".into())
-        ),
+        Event::RequestReceived(r) => request_received(r),
         Event::RequestRefused(r) => format!(
             "{} refused: {} ({})",
             r.id.as_deref().unwrap_or("?"),
@@ -91,15 +76,7 @@ pub fn summary(ev: &Event) -> String {
         Event::AskEnded(a) => ask_ended(a),
         Event::SignalFailed(f) => format!("signal to {} failed: errno {}", f.target.pid, f.errno),
         Event::SignalReceived(s) => signal_received(s),
-        Event::InnerAlarm(a) => format!(
-            "inner alarm of job {}: SIGALRM to pid {} after {}ms{}",
-            a.job,
-            a.pid,
-            a.after_ms,
-            a.errno
-                .map(|e| format!(" (failed: errno {e})"))
-                .unwrap_or_default()
-        ),
+        Event::InnerAlarm(a) => inner_alarm(a),
         Event::Reaped(r) => reaped(r),
         Event::MappingUncertain(m) => format!(
             "pid {} ({}) uncertain: {} {}",
@@ -108,16 +85,7 @@ pub fn summary(ev: &Event) -> String {
             word(&m.reason),
             m.detail
         ),
-        Event::Unkillable(u) => format!(
-            "pid {} ({}) could not be ended or reaped in time: state {}{}; sealed without it",
-            u.process.pid,
-            u.process.comm,
-            u.state,
-            u.wchan
-                .as_ref()
-                .map(|w| format!(", waiting in {w}"))
-                .unwrap_or_default()
-        ),
+        Event::Unkillable(u) => unkillable(u),
         Event::ForeignMember(f) => format!(
             "pid {} ({}, uid {}) is in the action's group but not the action's: left alone; {}",
             f.process.pid, f.process.comm, f.process.uid, f.why
@@ -134,33 +102,12 @@ pub fn summary(ev: &Event) -> String {
             specials(&t.listing, false)
         ),
         Event::TempRootRemoved(t) => format!("removed {} {}", t.removed, t.detail),
-        Event::StagingInventoried(s) => format!(
-            "{}: {} entries, {} bytes, digest {}{}",
-            s.identity.path,
-            s.inventory.entries,
-            s.inventory.bytes,
-            s.inventory.digest,
-            specials(&s.special, s.special_truncated)
-        ),
+        Event::StagingInventoried(s) => staging_inventoried(s),
         Event::HoldersScanned(HoldersScanned::Scanned(h)) => holders_scanned(h),
         Event::HoldersScanned(HoldersScanned::Failed { error }) => {
             format!("could not scan: {error}")
         }
-        Event::Containment(c) => match &c.group {
-            Some(g) => format!(
-                "{} (asked {}): group {} inode {}",
-                word(&c.mode),
-                word(&c.requested),
-                g.path,
-                g.ino
-            ),
-            None => format!(
-                "{} (asked {}) {}",
-                word(&c.mode),
-                word(&c.requested),
-                c.detail
-            ),
-        },
+        Event::Containment(c) => containment(c),
         Event::GroupKill(k) => format!(
             "cgroup.kill of group inode {} ({} members)",
             k.ino,
@@ -362,6 +309,90 @@ fn signal_sweep(s: &SignalSweep) -> String {
         s.targets.len(),
         procs_and(&s.targets, 0)
     )
+}
+
+/// The root process bound, and how it was chosen.
+fn root_bound(r: &RootBound) -> String {
+    match (r.root, &r.comm) {
+        (Some(root), Some(comm)) => {
+            format!(
+                "root {} ({comm}), bound as the {}",
+                root.pid,
+                word(&r.source)
+            )
+        }
+        _ => format!("no root bound ({})", word(&r.source)),
+    }
+}
+
+/// A request's op, id and caller, as far as they parsed.
+fn request_received(r: &RequestReceived) -> String {
+    format!(
+        "{} {} from {}",
+        r.op.map(|o| word(&o)).unwrap_or_else(|| "?".into()),
+        r.id.as_deref().unwrap_or("?"),
+        r.caller
+            .map(|c| c.pid.to_string())
+            .unwrap_or_else(|| "?".into())
+    )
+}
+
+/// The runtime's own alarm sent to a job.
+fn inner_alarm(a: &InnerAlarm) -> String {
+    format!(
+        "inner alarm of job {}: SIGALRM to pid {} after {}ms{}",
+        a.job,
+        a.pid,
+        a.after_ms,
+        a.errno
+            .map(|e| format!(" (failed: errno {e})"))
+            .unwrap_or_default()
+    )
+}
+
+/// A process the stop could not end or reap in time.
+fn unkillable(u: &Unkillable) -> String {
+    format!(
+        "pid {} ({}) could not be ended or reaped in time: state {}{}; sealed without it",
+        u.process.pid,
+        u.process.comm,
+        u.state,
+        u.wchan
+            .as_ref()
+            .map(|w| format!(", waiting in {w}"))
+            .unwrap_or_default()
+    )
+}
+
+/// The stage's inventory and its special files.
+fn staging_inventoried(s: &StagingInventoried) -> String {
+    format!(
+        "{}: {} entries, {} bytes, digest {}{}",
+        s.identity.path,
+        s.inventory.entries,
+        s.inventory.bytes,
+        s.inventory.digest,
+        specials(&s.special, s.special_truncated)
+    )
+}
+
+/// The containment mode and its group.
+fn containment(c: &Containment) -> String {
+    match &c.group {
+        Some(g) => format!(
+            "{} (asked {}): group {} inode {}",
+            word(&c.mode),
+            word(&c.requested),
+            g.path,
+            g.ino
+        ),
+        None => format!(
+            "{} (asked {}) {}",
+            word(&c.mode),
+            word(&c.requested),
+            c.detail
+        ),
+    }
 }
 
 /// The file a job ran when its argv[0] does not name it.
