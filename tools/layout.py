@@ -34,7 +34,6 @@ FN_CEILINGS = {
     "audit/replay.rs:record": 144,
     "audit/replay.rs:finish": 123,
     "audit/verify.rs:judge": 147,
-    "bin/rea-audit.rs:main": 175,
     "bin/rea-watchdog/main.rs:dispatch": 157,
     "holders/scan.rs:of_tree": 150,
     "stage/decide.rs:decide": 105,
