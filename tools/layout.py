@@ -34,11 +34,9 @@ FN_CEILINGS = {
     "audit/replay.rs:record": 144,
     "audit/replay.rs:finish": 123,
     "audit/verify.rs:judge": 147,
-    "bin/rea-watchdog/main.rs:dispatch": 157,
     "holders/scan.rs:of_tree": 150,
     "stage/decide.rs:decide": 105,
     "stage/discard.rs:discard": 157,
-    "watchdog/jobs.rs:launch": 119,
     "watchdog/stop/sweep.rs:sweep": 124,
 }
 
