@@ -385,7 +385,7 @@ fn discarded(
         bad.push("discarded, with refusal reasons".into());
     }
     match (facts, again) {
-        (Some(f), Some(r)) if r.is_empty() => {
+        (Some(f), Some([])) => {
             if seen.removed != removals_planned(seen, f) {
                 bad.push("discarded, but the removals recorded are not every inventoried entry, the receipt, the discard's marker, then the stage".into());
             }
