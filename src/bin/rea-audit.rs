@@ -479,7 +479,7 @@ fn show(path: &std::path::Path, json: bool) -> ExitCode {
     };
     let verdict = match log.pass(|r| check(r, &start, &name, None, None)) {
         Ok(Ok(c)) => c,
-        Ok(Err(e)) => return usage(&e),
+        Ok(Err(e)) => return usage(&e.to_string()),
         Err(e) => return unreadable(&e),
     };
     let code = verdict.exit_code().clamp(0, 255) as u8;
