@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use super::census::Census;
 use super::{StopHost, Stopper};
-use crate::kinds::watchdog::{Event, Ident, Link, Sig, SignalFailed, SignalSweep, Stage};
+use crate::kinds::watchdog::{Event, Link, Sig, SignalFailed, SignalSweep, Stage};
 use crate::process::identity::{read_stat, Stat};
 use crate::process::pidfd::{
     bind_member, bind_scanned_child, BindError, MemberError, VerifiedPidFd,
@@ -143,10 +143,63 @@ impl Stopper {
                 self.held.fds.clear();
                 spare = self.spare(part.targets.len());
             }
-            let Some(bound) = self.bind(host, st, group, me, &parent_ok) else {
-                continue;
+            let bound = match group {
+                Some(ino) => {
+                    let (proven, held) = (&mut self.proven, &self.held);
+                    let alive = |p: i32| held.alive(p);
+                    match bind_member(st.pid, ino, me.uid, |s| proven.prove(s, me, alive)) {
+                        Ok(fd) => Ok(fd),
+                        Err(MemberError::Bind(e)) => Err(e),
+                        // In the group, not the action's: recorded, never
+                        // signalled, left out of the census from now on.
+                        Err(MemberError::Foreign { process, why }) => {
+                            self.mark_foreign(host, process, why);
+                            continue;
+                        }
+                        // Not in the group (it left, or its pid names another
+                        // process now): never signalled by this path; a
+                        // descendant that left is found by the scan once the
+                        // group is empty.
+                        Err(MemberError::NotMember | MemberError::Unsupported) => {
+                            Err(BindError::Gone)
+                        }
+                    }
+                }
+                // No reaping happens inside a step: a child the census saw
+                // is still that child.
+                None => bind_scanned_child(st, me.uid, parent_ok),
             };
-            self.place(host, st, link, bound, &mut part, &mut spare);
+            match bound {
+                Ok(fd) => {
+                    self.retry.remove(&key);
+                    self.proven.insert(fd.pid(), fd.proc().start_time);
+                    spare = spare.saturating_sub(1);
+                    let again = (fd.pid(), fd.proc().start_time);
+                    if again != key
+                        && (self.termed.contains(&again) || self.killed.contains(&again))
+                    {
+                        // A placeholder's bind found one already signalled.
+                        part.others.push(link);
+                    } else {
+                        part.targets.push(fd);
+                    }
+                }
+                Err(BindError::Gone) => part.others.push(link),
+                Err(BindError::NoDescriptors(_)) => {
+                    part.others.push(link);
+                    if let Some(st) = known(st) {
+                        self.retry.insert((st.pid, st.start_time), st);
+                    }
+                    spare = 0;
+                }
+                Err(BindError::Uncertain { reason, detail }) => {
+                    part.others.push(link);
+                    if let Some(st) = known(st) {
+                        self.uncertain.insert((st.pid, st.start_time));
+                        host.uncertain(&st, reason, &detail);
+                    }
+                }
+            }
             // Signal in parts as the scan goes: in a fork storm, binding
             // thousands first would leave all of them running meanwhile.
             let limit = part_limit(part.index);
@@ -169,87 +222,6 @@ impl Stopper {
             // Recorded (if only members passed over): it counts as a sweep.
             self.sweeps = part.sweep;
             part.signalled > 0
-        }
-    }
-
-    /// Binds one census entry to a verified pidfd: a member of the
-    /// action's group by its proof, a scanned child by its parent. `None`
-    /// for a member that is not the action's (recorded, never signalled).
-    fn bind(
-        &mut self,
-        host: &mut impl StopHost,
-        st: &Stat,
-        group: Option<u64>,
-        me: Ident,
-        parent_ok: &impl Fn(i32) -> bool,
-    ) -> Option<Result<VerifiedPidFd, BindError>> {
-        Some(match group {
-            Some(ino) => {
-                let (proven, held) = (&mut self.proven, &self.held);
-                let alive = |p: i32| held.alive(p);
-                match bind_member(st.pid, ino, me.uid, |s| proven.prove(s, me, alive)) {
-                    Ok(fd) => Ok(fd),
-                    Err(MemberError::Bind(e)) => Err(e),
-                    // In the group, not the action's: recorded, never
-                    // signalled, left out of the census from now on.
-                    Err(MemberError::Foreign { process, why }) => {
-                        self.mark_foreign(host, process, why);
-                        return None;
-                    }
-                    // Not in the group (it left, or its pid names another
-                    // process now): never signalled by this path; a
-                    // descendant that left is found by the scan once the
-                    // group is empty.
-                    Err(MemberError::NotMember | MemberError::Unsupported) => Err(BindError::Gone),
-                }
-            }
-            // No reaping happens inside a step: a child the census saw
-            // is still that child.
-            None => bind_scanned_child(st, me.uid, parent_ok),
-        })
-    }
-
-    /// Where an entry goes once bound or not: a target of this part, or
-    /// passed over (kept for a retry when descriptors ran out, or marked
-    /// uncertain). `spare` counts the descriptors left.
-    fn place(
-        &mut self,
-        host: &mut impl StopHost,
-        st: &Stat,
-        link: Link,
-        bound: Result<VerifiedPidFd, BindError>,
-        part: &mut Part,
-        spare: &mut usize,
-    ) {
-        let key = (st.pid, st.start_time);
-        match bound {
-            Ok(fd) => {
-                self.retry.remove(&key);
-                self.proven.insert(fd.pid(), fd.proc().start_time);
-                *spare = spare.saturating_sub(1);
-                let again = (fd.pid(), fd.proc().start_time);
-                if again != key && (self.termed.contains(&again) || self.killed.contains(&again)) {
-                    // A placeholder's bind found one already signalled.
-                    part.others.push(link);
-                } else {
-                    part.targets.push(fd);
-                }
-            }
-            Err(BindError::Gone) => part.others.push(link),
-            Err(BindError::NoDescriptors(_)) => {
-                part.others.push(link);
-                if let Some(st) = known(st) {
-                    self.retry.insert((st.pid, st.start_time), st);
-                }
-                *spare = 0;
-            }
-            Err(BindError::Uncertain { reason, detail }) => {
-                part.others.push(link);
-                if let Some(st) = known(st) {
-                    self.uncertain.insert((st.pid, st.start_time));
-                    host.uncertain(&st, reason, &detail);
-                }
-            }
         }
     }
 
