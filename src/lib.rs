@@ -15,6 +15,7 @@ pub mod contain;
 pub mod generate;
 pub mod holders;
 pub mod inventory;
+pub mod json_error;
 pub mod kinds;
 pub mod log;
 pub mod process;

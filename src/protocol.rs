@@ -13,6 +13,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use crate::json_error::{self, ErrorKind, JsonError};
 use crate::vocab::{bounded, is_reply_name, is_token, Ident, StopSignal};
 /// The request vocabulary (defined in [`crate::vocab`]).
 pub use crate::vocab::{Capture, Op, RefusalReason};
@@ -255,15 +256,12 @@ pub fn is_object(json: &str) -> bool {
         .starts_with('{')
 }
 
-/// Classifies a serde_json error into the refusal it stands for.
-pub fn json_error_reason(e: &serde_json::Error) -> RefusalReason {
-    let msg = e.to_string();
-    if msg.starts_with("unknown field") {
-        RefusalReason::UnknownField
-    } else if msg.starts_with("duplicate field") {
-        RefusalReason::DuplicateKey
-    } else {
-        RefusalReason::Malformed
+/// The refusal a JSON error stands for, by its kind.
+pub fn json_error_reason(e: &JsonError) -> RefusalReason {
+    match e.kind {
+        ErrorKind::UnknownField => RefusalReason::UnknownField,
+        ErrorKind::DuplicateField => RefusalReason::DuplicateKey,
+        _ => RefusalReason::Malformed,
     }
 }
 
@@ -295,7 +293,7 @@ pub fn parse_request(line: &[u8]) -> Result<ParsedRequest, Refusal> {
             "a request is a JSON object",
         ));
     }
-    let wire: Wire = match serde_json::from_str(text) {
+    let wire: Wire = match json_error::from_str(text) {
         Ok(w) => w,
         Err(e) => {
             let mut r = Refusal::new(json_error_reason(&e), bounded(&e.to_string()));
@@ -347,28 +345,7 @@ pub fn parse_request(line: &[u8]) -> Result<ParsedRequest, Refusal> {
         )));
     }
     let op: Op = field(wire.op, RefusalReason::BadOp, "op").map_err(addressed)?;
-    if !is_object(wire.caller.get()) {
-        return Err(addressed(Refusal::new(
-            RefusalReason::BadCaller,
-            "caller must be an object {\"pid\",\"start_time\",\"uid\"}",
-        )));
-    }
-    let caller: Caller = serde_json::from_str(wire.caller.get()).map_err(|e| {
-        let reason = match json_error_reason(&e) {
-            RefusalReason::Malformed => RefusalReason::BadCaller,
-            other => other,
-        };
-        addressed(Refusal::new(
-            reason,
-            format!("caller: {}", bounded(&e.to_string())),
-        ))
-    })?;
-    if caller.pid <= 0 {
-        return Err(addressed(Refusal::new(
-            RefusalReason::BadCaller,
-            "caller.pid must be positive",
-        )));
-    }
+    let caller = parse_caller(wire.caller).map_err(addressed)?;
 
     let spawn = match op {
         Op::Spawn => Some(parse_spawn(&wire).map_err(addressed)?),
@@ -390,6 +367,31 @@ pub fn parse_request(line: &[u8]) -> Result<ParsedRequest, Refusal> {
         reply,
         spawn,
     })
+}
+
+/// The `caller` field: an object of exactly its three fields, a positive
+/// pid (whether the caller is who it claims is checked later).
+fn parse_caller(raw: &RawValue) -> Result<Caller, Refusal> {
+    if !is_object(raw.get()) {
+        return Err(Refusal::new(
+            RefusalReason::BadCaller,
+            "caller must be an object {\"pid\",\"start_time\",\"uid\"}",
+        ));
+    }
+    let caller: Caller = json_error::from_str(raw.get()).map_err(|e| {
+        let reason = match json_error_reason(&e) {
+            RefusalReason::Malformed => RefusalReason::BadCaller,
+            other => other,
+        };
+        Refusal::new(reason, format!("caller: {}", bounded(&e.to_string())))
+    })?;
+    if caller.pid <= 0 {
+        return Err(Refusal::new(
+            RefusalReason::BadCaller,
+            "caller.pid must be positive",
+        ));
+    }
+    Ok(caller)
 }
 
 fn parse_spawn(wire: &Wire) -> Result<SpawnSpec, Refusal> {

@@ -2,13 +2,58 @@
 //! Integer arithmetic only; a value that does not parse is an error, never
 //! a default.
 
+use std::fmt;
 use std::time::Duration;
 
+/// Why a quantity on the command line was refused; each variant keeps the
+/// text as given (`{s:?}` in the message).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QuantityError {
+    /// A duration with a leading `-`.
+    Negative(String),
+    /// A unit suffix that is not one of `units` ("ms, s, m, h or d").
+    UnknownUnit {
+        text: String,
+        unit: String,
+        units: &'static str,
+    },
+    /// Not digits with at most one `.` before the unit.
+    NotADuration(String),
+    /// A fraction of a second finer than a nanosecond.
+    TooPrecise(String),
+    /// Not digits before the unit.
+    NotAByteCount(String),
+    /// More than the type holds.
+    TooLarge(String),
+    /// Zero where more is required.
+    Zero(String),
+}
+
+impl fmt::Display for QuantityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuantityError::Negative(s) => write!(f, "{s:?}: a duration cannot be negative"),
+            QuantityError::UnknownUnit { text, unit, units } => {
+                write!(f, "{text:?}: unknown unit {unit:?} (use {units})")
+            }
+            QuantityError::NotADuration(s) => {
+                write!(f, "{s:?} is not a duration (try 60, 0.5, 500ms, 2m)")
+            }
+            QuantityError::TooPrecise(s) => write!(f, "{s:?}: at most 9 decimal places"),
+            QuantityError::NotAByteCount(s) => write!(f, "{s:?} is not a byte count"),
+            QuantityError::TooLarge(s) => write!(f, "{s:?} is too large"),
+            QuantityError::Zero(s) => write!(f, "{s:?}: must be more than zero"),
+        }
+    }
+}
+
+impl std::error::Error for QuantityError {}
+
 /// `60` (seconds), `0.5`, `500ms`, `2m`, `1h`, `1d`, `10s`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, QuantityError> {
     let t = s.trim();
     if t.starts_with('-') {
-        return Err(format!("{s:?}: a duration cannot be negative"));
+        return Err(QuantityError::Negative(s.to_string()));
     }
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -21,9 +66,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => 3600 * 1_000_000_000,
         "d" => 86_400 * 1_000_000_000,
         _ => {
-            return Err(format!(
-                "{s:?}: unknown unit {unit:?} (use ms, s, m, h or d)"
-            ))
+            return Err(QuantityError::UnknownUnit {
+                text: s.to_string(),
+                unit: unit.to_string(),
+                units: "ms, s, m, h or d",
+            })
         }
     };
     let (int, frac) = match num.split_once('.') {
@@ -31,42 +78,43 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         None => (num, ""),
     };
     if int.is_empty() && frac.is_empty() || frac.contains('.') {
-        return Err(format!("{s:?} is not a duration (try 60, 0.5, 500ms, 2m)"));
+        return Err(QuantityError::NotADuration(s.to_string()));
     }
     if frac.len() > 9 {
-        return Err(format!("{s:?}: at most 9 decimal places"));
+        return Err(QuantityError::TooPrecise(s.to_string()));
     }
     let int: u128 = if int.is_empty() {
         0
     } else {
-        int.parse().map_err(|_| format!("{s:?} is too large"))?
+        int.parse()
+            .map_err(|_| QuantityError::TooLarge(s.to_string()))?
     };
     let frac_val: u128 = if frac.is_empty() {
         0
     } else {
         frac.parse::<u128>()
-            .map_err(|_| format!("{s:?} is not a duration"))?
+            .map_err(|_| QuantityError::NotADuration(s.to_string()))?
             * 10u128.pow(9 - frac.len() as u32)
     };
     let ns = int
         .checked_mul(unit_ns)
         .and_then(|v| v.checked_add(frac_val * unit_ns / 1_000_000_000))
-        .ok_or_else(|| format!("{s:?} is too large"))?;
-    let ns = u64::try_from(ns).map_err(|_| format!("{s:?} is too large"))?;
+        .ok_or_else(|| QuantityError::TooLarge(s.to_string()))?;
+    let ns = u64::try_from(ns).map_err(|_| QuantityError::TooLarge(s.to_string()))?;
     Ok(Duration::from_nanos(ns))
 }
 
 /// A positive duration (deadlines).
-pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_positive_duration(s: &str) -> Result<Duration, QuantityError> {
     let d = parse_duration(s)?;
     if d.is_zero() {
-        return Err(format!("{s:?}: must be more than zero"));
+        return Err(QuantityError::Zero(s.to_string()));
     }
     Ok(d)
 }
 
 /// `65536`, `64K`, `64KiB`, `1M`, `1MiB` (binary multiples).
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
+pub fn parse_bytes(s: &str) -> Result<u64, QuantityError> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
@@ -75,16 +123,22 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "K" | "k" | "KiB" => 1 << 10,
         "M" | "MiB" => 1 << 20,
         "G" | "GiB" => 1 << 30,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use K, M or G)")),
+        _ => {
+            return Err(QuantityError::UnknownUnit {
+                text: s.to_string(),
+                unit: unit.to_string(),
+                units: "K, M or G",
+            })
+        }
     };
     let n: u64 = num
         .parse()
-        .map_err(|_| format!("{s:?} is not a byte count"))?;
+        .map_err(|_| QuantityError::NotAByteCount(s.to_string()))?;
     let v = n
         .checked_mul(mult)
-        .ok_or_else(|| format!("{s:?} is too large"))?;
+        .ok_or_else(|| QuantityError::TooLarge(s.to_string()))?;
     if v == 0 {
-        return Err(format!("{s:?}: must be more than zero"));
+        return Err(QuantityError::Zero(s.to_string()));
     }
     Ok(v)
 }
@@ -121,7 +175,10 @@ mod tests {
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} parsed");
         }
-        assert!(parse_duration("-0.5").unwrap_err().contains("negative"));
+        assert!(parse_duration("-0.5")
+            .unwrap_err()
+            .to_string()
+            .contains("negative"));
         assert!(parse_positive_duration("0ms").is_err());
     }
 

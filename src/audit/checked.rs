@@ -174,6 +174,19 @@ impl Checked {
     }
 }
 
+/// `--staging` given for a discard log, which records its own stage: a
+/// usage error, as verify's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StagingForDiscardLog;
+
+impl std::fmt::Display for StagingForDiscardLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("--staging does not apply to a discard log (rea-stage discard)")
+    }
+}
+
+impl std::error::Error for StagingForDiscardLog {}
+
 /// Runs the verifier for the log's kind on the bytes read from `log` (the
 /// caller's own descriptor: verify judges exactly what is then shown). `first` is the log's start (up to
 /// the line cap), which picks the verifier. `Err` is a usage error (as
@@ -184,10 +197,10 @@ pub fn check<R: Read>(
     name: &str,
     staging: Option<&PathBuf>,
     expect_head: Option<&str>,
-) -> Result<Checked, String> {
+) -> Result<Checked, StagingForDiscardLog> {
     if is_stage_start(first) {
         if staging.is_some() {
-            return Err("--staging does not apply to a discard log (rea-stage discard)".into());
+            return Err(StagingForDiscardLog);
         }
         return Ok(Checked::Discard(verify_stage_reader(
             log,

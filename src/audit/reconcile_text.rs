@@ -93,6 +93,22 @@ fn raw(r: &Report) -> String {
         Outcome::Review => "REVIEW (a person must decide; nothing was changed)",
     };
     let _ = writeln!(s, "root recovery review: {head}  [exit {}]", r.exit_code);
+    log_section(&mut s, r);
+    places_section(&mut s, r);
+
+    group(&mut s, r);
+    processes_section(&mut s, r);
+    reasons_section(&mut s, r, watchdog_alive);
+    let _ = writeln!(
+        s,
+        "\nreconcile changed nothing: it signals, deletes and writes nothing. \
+         Pids are as seen from this PID namespace."
+    );
+    s
+}
+
+/// The log: its run, chain, seal, stop, tail, head and verify's status.
+fn log_section(s: &mut String, r: &Report) {
     let l = &r.log;
     let _ = writeln!(s, "\nlog       {}", l.path);
     if let Some(run) = &l.run {
@@ -147,6 +163,10 @@ fn raw(r: &Report) -> String {
         word(&r.verify.status),
         r.verify.exit_code
     );
+}
+
+/// The watchdog, the stage (and its holders), the state directory.
+fn places_section(s: &mut String, r: &Report) {
     match &r.watchdog {
         Some(w) => {
             let _ = writeln!(
@@ -209,8 +229,11 @@ fn raw(r: &Report) -> String {
             }
         }
     }
+}
 
-    group(&mut s, r);
+/// The processes the log names (what may be alive first), then those it
+/// could not name but that carry the run's id.
+fn processes_section(s: &mut String, r: &Report) {
     let alive = |p: &&ProcPart| p.liveness.state != Liveness::Gone;
     let _ = writeln!(
         s,
@@ -220,10 +243,10 @@ fn raw(r: &Report) -> String {
     );
     // What may be alive first: that is what a person acts on.
     for p in r.processes.iter().filter(alive) {
-        process(&mut s, p);
+        process(s, p);
     }
     for p in r.processes.iter().filter(|p| !alive(p)) {
-        process(&mut s, p);
+        process(s, p);
     }
     if r.processes_not_listed > 0 {
         let _ = writeln!(s, "  ... and {} more not listed", r.processes_not_listed);
@@ -249,6 +272,10 @@ fn raw(r: &Report) -> String {
     if u.by_environment.is_empty() && u.scan_error.is_none() {
         let _ = writeln!(s, "  no live process carries this run's REA_RUN_ID");
     }
+}
+
+/// The reasons with their checks, and the recovery command.
+fn reasons_section(s: &mut String, r: &Report, watchdog_alive: bool) {
     if r.reasons.is_empty() {
         let _ = writeln!(s, "\nreasons: none");
     } else {
@@ -271,12 +298,6 @@ fn raw(r: &Report) -> String {
             "  (NEW: a log file that does not exist yet, outside the stage; then rea-audit verify NEW)"
         );
     }
-    let _ = writeln!(
-        s,
-        "\nreconcile changed nothing: it signals, deletes and writes nothing. \
-         Pids are as seen from this PID namespace."
-    );
-    s
 }
 
 /// The action's cgroup, when the log recorded one.

@@ -20,9 +20,12 @@ use super::replay_ask::impossible_end;
 use super::replay_group::GroupSeen;
 use super::verdict::{Code, Reason};
 use crate::kinds::watchdog::{
-    Counts, Event, Ident, JobSpawned, Outcome, Receipt, RootSource, RunStarted, Sig, SignalSweep,
-    Stage, StagingInventoried, StopCompleted, StopReason,
+    Counts, Event, Ident, JobSpawned, Outcome, Receipt, RunStarted, Sig, SignalSweep, Stage,
+    StagingInventoried, StopCompleted, StopReason,
 };
+
+mod receipt;
+mod records;
 
 fn mismatch(detail: String) -> Reason {
     Reason::new(Code::ReplayMismatch, None, detail)
@@ -181,24 +184,7 @@ impl Replay {
         let wd = self.start.as_ref().map(|s| s.watchdog);
         match ev {
             Event::RunStarted(s) if self.seen == 1 => self.start = Some(s),
-            Event::RootBound(b) => {
-                self.second_is_root_bound |= self.seen == 2;
-                let unbound = matches!(b.source, RootSource::Init | RootSource::Unwatched);
-                if unbound != b.root.is_none() || b.root.is_none() != b.comm.is_none() {
-                    let detail = format!(
-                        "root_bound names a root exactly when its source ({:?}) binds one",
-                        b.source
-                    );
-                    self.push(mismatch(detail));
-                }
-                if let Some((w, r)) = wd.zip(b.root).filter(|(w, r)| w.uid != r.uid) {
-                    let detail = format!("root of uid {}, not the watchdog's {}", r.uid, w.uid);
-                    self.at(Code::ForeignUid, line, detail);
-                }
-                if let Some(r) = b.root {
-                    self.root.get_or_insert(r);
-                }
-            }
+            Event::RootBound(b) => self.root_bound(&b, wd, line),
             Event::StageArmed(a) => {
                 // Written once, right after root_bound, and only for a stage.
                 let staged = self.start.as_ref().is_some_and(|s| s.staging.is_some());
@@ -209,42 +195,7 @@ impl Replay {
                     )));
                 }
             }
-            Event::JobSpawned(j) => {
-                if self.last_job.is_some_and(|l| j.job <= l) || self.open.contains_key(&j.job) {
-                    self.push(mismatch(format!(
-                        "job {} spawned twice (or out of order)",
-                        j.job
-                    )));
-                }
-                if let Some(by) = j.caller_job {
-                    self.caller_job(&j, by);
-                }
-                self.last_job = Some(j.job);
-                self.open
-                    .insert(j.job, (j.pid, j.start_time, j.stop_signal));
-                if let Some(w) = wd {
-                    if j.ppid != w.pid {
-                        self.push(mismatch(format!(
-                            "job {} has parent {}, not the watchdog",
-                            j.job, j.ppid
-                        )));
-                    }
-                    if j.uid != w.uid {
-                        let detail = format!(
-                            "job {} of uid {}, not the watchdog's {}",
-                            j.job, j.uid, w.uid
-                        );
-                        self.at(Code::ForeignUid, line, detail);
-                    }
-                }
-                if j.sid != j.pid {
-                    let detail = format!(
-                        "job {} leader pid {} is in session {}, not its own",
-                        j.job, j.pid, j.sid
-                    );
-                    self.at(Code::LeaderNotSession, line, detail);
-                }
-            }
+            Event::JobSpawned(j) => self.job_spawned(&j, wd, line),
             Event::JobExited(j) => match self.open.remove(&j.job) {
                 Some((pid, st, _)) if pid == j.pid && st == j.start_time => {}
                 Some(_) => self.push(mismatch(format!(
@@ -477,81 +428,8 @@ impl Replay {
                 mismatch("the second record is not root_bound: the root was never bound".into()),
             );
         }
-        let c = &receipt.counts;
-        let counts = [
-            ("requests", c.requests, self.counts.requests),
-            ("refused", c.refused, self.counts.refused),
-            ("jobs", c.jobs, self.counts.jobs),
-            ("signals", c.signals, self.counts.signals),
-            ("reaped", c.reaped, self.counts.reaped),
-            (
-                "uncertain_mappings",
-                receipt.uncertain_mappings,
-                self.uncertain,
-            ),
-        ];
-        for (what, claimed, seen) in counts {
-            if claimed != seen {
-                out.push(mismatch(format!(
-                    "receipt says {what}={claimed}, the records show {seen}"
-                )));
-            }
-        }
-        if self.firsts > 1 {
-            out.push(mismatch(format!(
-                "{} stop triggers claim to be the first",
-                self.firsts
-            )));
-        }
-        match (receipt.outcome, self.first_stop) {
-            (Outcome::Closed, None) if receipt.stop_reason.is_none() => {}
-            (Outcome::Stopped, Some(reason)) if receipt.stop_reason == Some(reason) => {}
-            (o, f) => out.push(mismatch(format!(
-                "receipt says {o:?} ({:?}); the first stop trigger recorded is {f:?}",
-                receipt.stop_reason
-            ))),
-        }
-        if receipt.quiescent {
-            let mut open: Vec<_> = self.open.keys().collect();
-            open.sort();
-            if !open.is_empty() {
-                out.push(mismatch(format!(
-                    "receipt claims quiescence but jobs {open:?} were never reaped"
-                )));
-            }
-        }
-        if receipt.quiescent && self.unkillable > 0 {
-            out.push(mismatch(format!(
-                "receipt claims quiescence; {} process(es) were recorded unkillable",
-                self.unkillable
-            )));
-        }
-        if receipt.quiescent && self.foreign > 0 {
-            out.push(mismatch(format!(
-                "receipt claims quiescence; {} foreign member(s) were recorded",
-                self.foreign
-            )));
-        }
-        if receipt.temp_root_removed && self.temp_removed != Some(true) {
-            out.push(mismatch(
-                "receipt says the temp root was removed; no record shows it".into(),
-            ));
-        }
-        if let Some(c) = &self.last_completed {
-            // Only the whole proof depends on how the stop ended:
-            // `no_live_or_waitable_descendants` is what close measured, and
-            // stragglers of a stop that ran out its kill bound (a file
-            // server that came back) may well have died by then.
-            if !c.proved() && receipt.quiescent {
-                out.push(mismatch(format!(
-                    "receipt claims quiescence; the stop ended with echild={} scan_empty={} left={}{}",
-                    c.echild,
-                    c.scan_empty,
-                    c.left,
-                    c.foreign.map(|f| format!(" foreign={f}")).unwrap_or_default()
-                )));
-            }
-        }
+        self.count_mismatches(receipt, &mut out);
+        self.quiescence_mismatches(receipt, &mut out);
         if receipt.staging.is_some() && receipt.staging.as_ref() != self.last_staging.as_ref() {
             out.push(mismatch(
                 "staging inventory in the receipt differs from the staging_inventoried record"

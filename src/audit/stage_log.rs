@@ -19,7 +19,10 @@ use serde::{Deserialize, Serialize};
 use super::reader::{open_log, read_lines, OpenError, Piece, Wire};
 use crate::log::MAX_LINE;
 use crate::stage::decide::{decide, plan, Code, Facts, Refusal};
-use crate::stage::log::{DiscardDecided, Outcome, Removed, StageEvent, StageInventoried, KINDS};
+use crate::stage::log::{
+    DiscardApproved, DiscardDecided, DiscardStarted, Outcome, Removed, StageEvent,
+    StageInventoried, KINDS,
+};
 
 /// What a discard log shows; each its own exit code (as for watchdog logs).
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -254,13 +257,53 @@ pub fn verify_stage_reader<R: Read>(
     finish(c, name, decided)
 }
 
+/// The records of a discard log that the decision is checked against.
+#[derive(Default)]
+struct Seen {
+    started: Option<DiscardStarted>,
+    inv: Option<StageInventoried>,
+    approved: Option<DiscardApproved>,
+    removed: Vec<(String, Removed, u64)>,
+}
+
 /// The order of the records, and the decision against the facts.
 fn structure(c: &mut Check) -> Option<DiscardDecided> {
+    let (seen, decided) = in_order(c);
+    let Some((dline, d)) = decided else {
+        c.push(
+            Problem::NoDecision,
+            None,
+            "no discard_decided record: the discard did not finish",
+        );
+        return None;
+    };
+    let line = Some(dline);
+    let files = seen
+        .removed
+        .iter()
+        .filter(|r| r.1 != Removed::Stage)
+        .count() as u64;
+    let stage_gone = seen.removed.iter().any(|r| r.1 == Removed::Stage);
+    if d.removed != files || d.stage_removed != stage_gone {
+        c.push(Problem::DecisionMismatch, line, format!("the decision says removed={} stage_removed={}; the records show {files} and {stage_gone}", d.removed, d.stage_removed));
+    }
+    let facts = facts_of(&seen);
+    let again = facts.as_ref().map(decide);
+    let mismatches = match d.outcome {
+        Outcome::Discarded => discarded(&seen, &d, facts.as_ref(), again.as_deref()),
+        Outcome::Refused => refused(&seen, &d, stage_gone, again.as_deref()),
+    };
+    for why in mismatches {
+        c.push(Problem::DecisionMismatch, line, why);
+    }
+    Some(d)
+}
+
+/// Each record in the order discard writes them (a record out of it is a
+/// finding), up to the decision; anything after the decision is one too.
+fn in_order(c: &mut Check) -> (Seen, Option<(u64, DiscardDecided)>) {
     let events = std::mem::take(&mut c.events);
-    let mut started = None;
-    let mut inv: Option<StageInventoried> = None;
-    let mut approved = None;
-    let mut removed: Vec<(String, Removed, u64)> = Vec::new();
+    let mut seen = Seen::default();
     let mut decided: Option<(u64, DiscardDecided)> = None;
     for (n, ev) in events {
         if let Some((d, _)) = &decided {
@@ -271,18 +314,21 @@ fn structure(c: &mut Check) -> Option<DiscardDecided> {
         let ok = match ev {
             StageEvent::Started(s) => {
                 c.stage.get_or_insert_with(|| s.stage.clone());
-                n == 1 && started.replace(s).is_none()
+                n == 1 && seen.started.replace(s).is_none()
             }
-            StageEvent::Inventoried(i) => n == 2 && started.is_some() && inv.replace(i).is_none(),
-            StageEvent::Approved(a) => inv.is_some() && approved.replace(a).is_none(),
+            StageEvent::Inventoried(i) => {
+                n == 2 && seen.started.is_some() && seen.inv.replace(i).is_none()
+            }
+            StageEvent::Approved(a) => seen.inv.is_some() && seen.approved.replace(a).is_none(),
             StageEvent::Removed(r) => {
-                let ok = approved.is_some() && removed.last().is_none_or(|l| l.1 != Removed::Stage);
-                removed.push((r.name, r.what, r.ino));
+                let ok = seen.approved.is_some()
+                    && seen.removed.last().is_none_or(|l| l.1 != Removed::Stage);
+                seen.removed.push((r.name, r.what, r.ino));
                 ok
             }
             StageEvent::Decided(d) => {
                 decided = Some((n, d));
-                started.is_some()
+                seen.started.is_some()
             }
         };
         if !ok {
@@ -293,131 +339,139 @@ fn structure(c: &mut Check) -> Option<DiscardDecided> {
             );
         }
     }
-    if started.is_none() && c.chain.lines() > 0 {
+    if seen.started.is_none() && c.chain.lines() > 0 {
         c.push(
             Problem::OutOfOrder,
             Some(1),
             "the first record is not discard_started",
         );
     }
-    let Some((dline, d)) = decided else {
-        c.push(
-            Problem::NoDecision,
-            None,
-            "no discard_decided record: the discard did not finish",
-        );
+    (seen, decided)
+}
+
+/// The facts the discard decided on, as its records give them (none
+/// without a started record with the stage's identity and an inventory).
+fn facts_of(seen: &Seen) -> Option<Facts> {
+    let (Some(s), Some(i)) = (&seen.started, &seen.inv) else {
         return None;
     };
-    let line = Some(dline);
-    let bad = |c: &mut Check, why: String| c.push(Problem::DecisionMismatch, line, why);
-    let files = removed.iter().filter(|r| r.1 != Removed::Stage).count() as u64;
-    let stage_gone = removed.iter().any(|r| r.1 == Removed::Stage);
-    if d.removed != files || d.stage_removed != stage_gone {
-        bad(c, format!("the decision says removed={} stage_removed={}; the records show {files} and {stage_gone}", d.removed, d.stage_removed));
+    s.identity.map(|id| Facts {
+        uid: s.uid,
+        expected: s.receipt_sha256.clone(),
+        stage: id,
+        entries: i.entries.clone(),
+        truncated: i.truncated,
+        changed: i.changed.clone(),
+        receipt: match (&i.receipt, &i.receipt_error) {
+            (Some(r), _) => Some(Ok(r.clone())),
+            (None, Some(e)) => Some(Err(e.clone())),
+            (None, None) => None,
+        },
+        holders: i.holders.as_deref().map(super::stage_held::findings),
+    })
+}
+
+/// A discard is right only where the rule accepts the recorded facts and
+/// the removals are the plan's entries, the receipt, the marker, then the
+/// stage. The mismatches found.
+fn discarded(
+    seen: &Seen,
+    d: &DiscardDecided,
+    facts: Option<&Facts>,
+    again: Option<&[Refusal]>,
+) -> Vec<String> {
+    let mut bad = Vec::new();
+    if !d.reasons.is_empty() {
+        bad.push("discarded, with refusal reasons".into());
     }
-    let facts = match (&started, &inv) {
-        (Some(s), Some(i)) => s.identity.map(|id| Facts {
-            uid: s.uid,
-            expected: s.receipt_sha256.clone(),
-            stage: id,
-            entries: i.entries.clone(),
-            truncated: i.truncated,
-            changed: i.changed.clone(),
-            receipt: match (&i.receipt, &i.receipt_error) {
-                (Some(r), _) => Some(Ok(r.clone())),
-                (None, Some(e)) => Some(Err(e.clone())),
-                (None, None) => None,
-            },
-            holders: i.holders.as_deref().map(super::stage_held::findings),
-        }),
-        _ => None,
-    };
-    let again = facts.as_ref().map(decide);
-    match d.outcome {
-        Outcome::Discarded => {
-            if !d.reasons.is_empty() {
-                bad(c, "discarded, with refusal reasons".into());
+    match (facts, again) {
+        (Some(f), Some([])) => {
+            if seen.removed != removals_planned(seen, f) {
+                bad.push("discarded, but the removals recorded are not every inventoried entry, the receipt, the discard's marker, then the stage".into());
             }
-            match (&facts, &again) {
-                (Some(f), Some(r)) if r.is_empty() => {
-                    let ino = |n: &str| f.entries.iter().find(|e| e.name == n).map_or(0, |e| e.ino);
-                    let mut want: Vec<(String, Removed, u64)> = plan(f)
-                        .into_iter()
-                        .map(|n| {
-                            let (w, i) = if n == crate::stage::RECEIPT_NAME {
-                                (Removed::Receipt, ino(&n))
-                            } else if n == crate::stage::DISCARDING_NAME {
-                                let m = approved.as_ref().map_or(0, |a| a.marker_ino);
-                                (Removed::Marker, m)
-                            } else {
-                                (Removed::File, ino(&n))
-                            };
-                            (n, w, i)
-                        })
-                        .collect();
-                    let stage = started
-                        .as_ref()
-                        .map(|s| s.stage.clone())
-                        .unwrap_or_default();
-                    want.push((stage, Removed::Stage, f.stage.ino));
-                    if removed != want {
-                        bad(c, "discarded, but the removals recorded are not every inventoried entry, the receipt, the discard's marker, then the stage".into());
-                    }
-                    if approved.as_ref().map(|a| &a.plan) != Some(&plan(f)) {
-                        bad(c, "the approved plan is not the inventory's".into());
-                    }
-                }
-                (_, Some(r)) => {
-                    let codes: Vec<String> = r.iter().map(|x| x.code.as_str()).collect();
-                    bad(
-                        c,
-                        format!(
-                            "discarded, but the recorded stage is one the rule refuses ({})",
-                            codes.join(", ")
-                        ),
-                    );
-                }
-                _ => bad(c, "discarded without an inventory".into()),
+            if seen.approved.as_ref().map(|a| &a.plan) != Some(&plan(f)) {
+                bad.push("the approved plan is not the inventory's".into());
             }
         }
-        Outcome::Refused => {
-            if d.reasons.is_empty() {
-                bad(c, "refused without a reason".into());
-            }
-            if stage_gone {
-                bad(c, "refused, but the stage's removal is recorded".into());
-            }
-            let during = |r: &Refusal| matches!(r.code, Code::ConcurrentChange | Code::IoError);
-            if approved.is_some() && !d.reasons.iter().all(during) {
-                bad(
-                    c,
-                    "an approved discard can only stop for a change or an I/O error during removal"
-                        .into(),
-                );
-            }
-            // The rule accepted the stage, and the interlock (docs/stage.md:
-            // `.rea-discarding` created, then `.rea-exec-started` looked
-            // for) stopped it before the approval: one reason, of those.
-            let interlock = |r: &[Refusal]| {
-                r.len() == 1
-                    && matches!(
-                        r[0].code,
-                        Code::Armed | Code::DiscardInProgress | Code::IoError
-                    )
+        (_, Some(r)) => {
+            let codes: Vec<String> = r.iter().map(|x| x.code.as_str()).collect();
+            bad.push(format!(
+                "discarded, but the recorded stage is one the rule refuses ({})",
+                codes.join(", ")
+            ));
+        }
+        _ => bad.push("discarded without an inventory".into()),
+    }
+    bad
+}
+
+/// The removals a discard of `f` records, in order: each planned entry
+/// (the receipt and the marker named as such), then the stage.
+fn removals_planned(seen: &Seen, f: &Facts) -> Vec<(String, Removed, u64)> {
+    let ino = |n: &str| f.entries.iter().find(|e| e.name == n).map_or(0, |e| e.ino);
+    let mut want: Vec<(String, Removed, u64)> = plan(f)
+        .into_iter()
+        .map(|n| {
+            let (w, i) = if n == crate::stage::RECEIPT_NAME {
+                (Removed::Receipt, ino(&n))
+            } else if n == crate::stage::DISCARDING_NAME {
+                let m = seen.approved.as_ref().map_or(0, |a| a.marker_ino);
+                (Removed::Marker, m)
+            } else {
+                (Removed::File, ino(&n))
             };
-            if approved.is_none() {
-                if let Some(r) = &again {
-                    if !(r.is_empty() && interlock(&d.reasons)) && *r != d.reasons {
-                        bad(
-                            c,
-                            "the refusal's reasons are not what the recorded facts give".into(),
-                        );
-                    }
-                }
+            (n, w, i)
+        })
+        .collect();
+    let stage = seen
+        .started
+        .as_ref()
+        .map(|s| s.stage.clone())
+        .unwrap_or_default();
+    want.push((stage, Removed::Stage, f.stage.ino));
+    want
+}
+
+/// A refusal is right with a reason, nothing of the stage removed, and the
+/// reasons the rule gives the recorded facts (or the interlock's one). The
+/// mismatches found.
+fn refused(
+    seen: &Seen,
+    d: &DiscardDecided,
+    stage_gone: bool,
+    again: Option<&[Refusal]>,
+) -> Vec<String> {
+    let mut bad = Vec::new();
+    if d.reasons.is_empty() {
+        bad.push("refused without a reason".into());
+    }
+    if stage_gone {
+        bad.push("refused, but the stage's removal is recorded".into());
+    }
+    let during = |r: &Refusal| matches!(r.code, Code::ConcurrentChange | Code::IoError);
+    if seen.approved.is_some() && !d.reasons.iter().all(during) {
+        bad.push(
+            "an approved discard can only stop for a change or an I/O error during removal".into(),
+        );
+    }
+    // The rule accepted the stage, and the interlock (docs/stage.md:
+    // `.rea-discarding` created, then `.rea-exec-started` looked
+    // for) stopped it before the approval: one reason, of those.
+    let interlock = |r: &[Refusal]| {
+        r.len() == 1
+            && matches!(
+                r[0].code,
+                Code::Armed | Code::DiscardInProgress | Code::IoError
+            )
+    };
+    if seen.approved.is_none() {
+        if let Some(r) = again {
+            if !(r.is_empty() && interlock(&d.reasons)) && *r != d.reasons {
+                bad.push("the refusal's reasons are not what the recorded facts give".into());
             }
         }
     }
-    Some(d)
+    bad
 }
 
 fn finish(c: Check, log: String, decided: Option<DiscardDecided>) -> StageVerdict {

@@ -248,130 +248,14 @@ fn main() -> ExitCode {
             expect_run,
             staging,
             json,
-        } => {
-            if let Some(h) = &expect_head {
-                if !is_digest(h) {
-                    return usage("--expect-head must be 64 lowercase hex digits");
-                }
-            }
-            if let Some(r) = &expect_run {
-                if !is_token(r) {
-                    return usage("--expect-run must match [A-Za-z0-9_.-]{1,64}");
-                }
-            }
-            if is_stage_log(&log) {
-                if staging.is_some() {
-                    return usage("--staging does not apply to a discard log (rea-stage discard)");
-                }
-                let v = verify_stage_file(&log, expect_head.as_deref(), expect_run.as_deref());
-                if json {
-                    match serde_json::to_string_pretty(&v) {
-                        Ok(s) => println!("{s}"),
-                        Err(e) => return usage(&format!("cannot print the verdict: {e}")),
-                    }
-                } else {
-                    print!("{}", v.human());
-                }
-                return ExitCode::from(v.exit_code as u8);
-            }
-            if is_recovery_log(&log) {
-                let opts = RecoveryOptions {
-                    expect_head,
-                    expect_run,
-                    staging,
-                };
-                let v = verify_recovery_file(&log, &opts);
-                if json {
-                    match serde_json::to_string_pretty(&v) {
-                        Ok(s) => println!("{s}"),
-                        Err(e) => return usage(&format!("cannot print the verdict: {e}")),
-                    }
-                } else {
-                    print!("{}", v.human());
-                }
-                return ExitCode::from(v.exit_code as u8);
-            }
-            let opts = VerifyOptions {
-                expect_head,
-                expect_run,
-                staging,
-            };
-            let v = verify_file(&log, &opts);
-            if v.status == Status::Error {
-                // Not a log at all (unreadable, a FIFO, a device): say so
-                // where people look, whatever --json asks for on stdout.
-                for r in &v.reasons {
-                    eprintln!(
-                        "rea-audit: {}: {}",
-                        escape(&log.display().to_string()),
-                        r.detail
-                    );
-                }
-            }
-            if json {
-                match serde_json::to_string_pretty(&v) {
-                    Ok(s) => println!("{s}"),
-                    Err(e) => return usage(&format!("cannot print the verdict: {e}")),
-                }
-            } else {
-                print!("{}", v.human());
-            }
-            ExitCode::from(v.exit_code as u8)
-        }
+        } => verify(&log, expect_head, expect_run, staging, json),
         Cmd::Reconcile {
             log,
             state_dir,
             staging,
             json,
-        } => {
-            let opts = ReconcileOptions { state_dir, staging };
-            let r = match reconcile(&log, &opts) {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("rea-audit: {}: {}", escape(&log.display().to_string()), e);
-                    return ExitCode::from(EXIT_ERROR as u8);
-                }
-            };
-            if json {
-                match serde_json::to_string_pretty(&r) {
-                    Ok(s) => println!("{s}"),
-                    Err(e) => return usage(&format!("cannot print the report: {e}")),
-                }
-            } else {
-                print!("{}", human(&r));
-            }
-            ExitCode::from(r.exit_code as u8)
-        }
-        Cmd::Holders { dirs, json } => {
-            let paths: Vec<&std::path::Path> = dirs.iter().map(|d| d.as_path()).collect();
-            // The walk and the scan run in a helper with a deadline: a
-            // stuck mount on or under a DIR makes an answer, not a hang.
-            let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-            let what = format!("the tree {}", shown.join(", "));
-            let scanned = rea::bounded::run(
-                &what,
-                &shown.join("\0"),
-                rea::bounded::STAGE_DEADLINE,
-                &[],
-                || rea::holders::scan::scan(&paths).map_err(|e| e.to_string()),
-            );
-            let scan = match scanned {
-                Ok(s) => s,
-                Err(rea::bounded::Failure::Blocked(b)) => {
-                    return usage(&escape(&format!("stage_unreadable: cannot scan: {b}")))
-                }
-                Err(rea::bounded::Failure::Failed(e)) => return usage(&escape(&e)),
-            };
-            if json {
-                match serde_json::to_string_pretty(&scan) {
-                    Ok(s) => println!("{s}"),
-                    Err(e) => return usage(&format!("cannot print the scan: {e}")),
-                }
-            } else {
-                print!("{}", rea::holders::text::human(&scan));
-            }
-            ExitCode::from(if scan.held() { 1 } else { 0 })
-        }
+        } => reconcile_log(&log, ReconcileOptions { state_dir, staging }, json),
+        Cmd::Holders { dirs, json } => holders(&dirs, json),
         Cmd::Show { log, json } => show(&log, json),
         Cmd::Report {
             log,
@@ -397,6 +281,133 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// With `--json` the value as pretty JSON, else `human()` as is; `Err` is
+/// the exit for a value that cannot be printed (`what` it is).
+fn print_out<T: serde::Serialize>(
+    json: bool,
+    value: &T,
+    what: &str,
+    human: impl FnOnce() -> String,
+) -> Result<(), ExitCode> {
+    if !json {
+        print!("{}", human());
+        return Ok(());
+    }
+    match serde_json::to_string_pretty(value) {
+        Ok(s) => {
+            println!("{s}");
+            Ok(())
+        }
+        Err(e) => Err(usage(&format!("cannot print the {what}: {e}"))),
+    }
+}
+
+/// `verify LOG`: the verifier of the log's kind (discard, recovery or the
+/// watchdog's), its verdict printed, its exit code.
+fn verify(
+    log: &std::path::Path,
+    expect_head: Option<String>,
+    expect_run: Option<String>,
+    staging: Option<std::path::PathBuf>,
+    json: bool,
+) -> ExitCode {
+    if let Some(h) = &expect_head {
+        if !is_digest(h) {
+            return usage("--expect-head must be 64 lowercase hex digits");
+        }
+    }
+    if let Some(r) = &expect_run {
+        if !is_token(r) {
+            return usage("--expect-run must match [A-Za-z0-9_.-]{1,64}");
+        }
+    }
+    if is_stage_log(log) {
+        if staging.is_some() {
+            return usage("--staging does not apply to a discard log (rea-stage discard)");
+        }
+        let v = verify_stage_file(log, expect_head.as_deref(), expect_run.as_deref());
+        if let Err(code) = print_out(json, &v, "verdict", || v.human()) {
+            return code;
+        }
+        return ExitCode::from(v.exit_code as u8);
+    }
+    if is_recovery_log(log) {
+        let opts = RecoveryOptions {
+            expect_head,
+            expect_run,
+            staging,
+        };
+        let v = verify_recovery_file(log, &opts);
+        if let Err(code) = print_out(json, &v, "verdict", || v.human()) {
+            return code;
+        }
+        return ExitCode::from(v.exit_code as u8);
+    }
+    let opts = VerifyOptions {
+        expect_head,
+        expect_run,
+        staging,
+    };
+    let v = verify_file(log, &opts);
+    if v.status == Status::Error {
+        // Not a log at all (unreadable, a FIFO, a device): say so
+        // where people look, whatever --json asks for on stdout.
+        for r in &v.reasons {
+            eprintln!(
+                "rea-audit: {}: {}",
+                escape(&log.display().to_string()),
+                r.detail
+            );
+        }
+    }
+    if let Err(code) = print_out(json, &v, "verdict", || v.human()) {
+        return code;
+    }
+    ExitCode::from(v.exit_code as u8)
+}
+
+/// `reconcile LOG`: the report printed, its exit code.
+fn reconcile_log(log: &std::path::Path, opts: ReconcileOptions, json: bool) -> ExitCode {
+    let r = match reconcile(log, &opts) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("rea-audit: {}: {}", escape(&log.display().to_string()), e);
+            return ExitCode::from(EXIT_ERROR as u8);
+        }
+    };
+    if let Err(code) = print_out(json, &r, "report", || human(&r)) {
+        return code;
+    }
+    ExitCode::from(r.exit_code as u8)
+}
+
+/// `holders DIR...`: the scan printed; exit 1 when held.
+fn holders(dirs: &[std::path::PathBuf], json: bool) -> ExitCode {
+    let paths: Vec<&std::path::Path> = dirs.iter().map(|d| d.as_path()).collect();
+    // The walk and the scan run in a helper with a deadline: a
+    // stuck mount on or under a DIR makes an answer, not a hang.
+    let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    let what = format!("the tree {}", shown.join(", "));
+    let scanned = rea::bounded::run(
+        &what,
+        &shown.join("\0"),
+        rea::bounded::STAGE_DEADLINE,
+        &[],
+        || rea::holders::scan::scan(&paths).map_err(|e| e.to_string()),
+    );
+    let scan = match scanned {
+        Ok(s) => s,
+        Err(rea::bounded::Failure::Blocked(b)) => {
+            return usage(&escape(&format!("stage_unreadable: cannot scan: {b}")))
+        }
+        Err(rea::bounded::Failure::Failed(e)) => return usage(&escape(&e)),
+    };
+    if let Err(code) = print_out(json, &scan, "scan", || rea::holders::text::human(&scan)) {
+        return code;
+    }
+    ExitCode::from(if scan.held() { 1 } else { 0 })
 }
 
 const REPORT_HELP: &str = "\
@@ -468,7 +479,7 @@ fn show(path: &std::path::Path, json: bool) -> ExitCode {
     };
     let verdict = match log.pass(|r| check(r, &start, &name, None, None)) {
         Ok(Ok(c)) => c,
-        Ok(Err(e)) => return usage(&e),
+        Ok(Err(e)) => return usage(&e.to_string()),
         Err(e) => return unreadable(&e),
     };
     let code = verdict.exit_code().clamp(0, 255) as u8;

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use super::discover::discover;
+use super::discover::{discover, NoHierarchy};
 use super::group::ActionGroup;
 use crate::kinds::group::{Containment, GroupIdentity};
 use crate::kinds::mode::{ContainMode, ContainRequest};
@@ -23,10 +23,45 @@ pub struct Contained {
     pub group: Option<ActionGroup>,
 }
 
+/// Why no action group could be had.
+#[derive(Debug)]
+pub enum NoGroup {
+    Hierarchy(NoHierarchy),
+    /// `rea-<run id>` could not be made in the own group: (its path, why).
+    Create(String, std::io::Error),
+}
+
+impl std::fmt::Display for NoGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoGroup::Hierarchy(e) => e.fmt(f),
+            NoGroup::Create(path, e) => write!(f, "cannot create {path}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for NoGroup {}
+
+/// `--contain cgroup` without a group: the watchdog refuses to start.
+#[derive(Debug)]
+pub struct CgroupRefused(pub NoGroup);
+
+impl std::fmt::Display for CgroupRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "--contain cgroup: no writable cgroup v2 hierarchy ({}); refusing to start",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for CgroupRefused {}
+
 impl ContainChoice {
     /// Discovers and creates `rea-<run_id>` as asked. `Err` only for
     /// `cgroup` that cannot have one (the caller refuses to start).
-    pub fn apply(&self, run_id: &str) -> Result<Contained, String> {
+    pub fn apply(&self, run_id: &str) -> Result<Contained, CgroupRefused> {
         let none = |detail: String| Contained {
             record: Containment {
                 requested: self.request,
@@ -39,10 +74,12 @@ impl ContainChoice {
         if self.request == ContainRequest::None {
             return Ok(none("--contain none".into()));
         }
-        let made = discover(self.root_override.as_deref()).and_then(|h| {
-            ActionGroup::create(&h.own, run_id)
-                .map_err(|e| format!("cannot create {}/rea-{run_id}: {e}", h.own.display()))
-        });
+        let made = discover(self.root_override.as_deref())
+            .map_err(NoGroup::Hierarchy)
+            .and_then(|h| {
+                ActionGroup::create(&h.own, run_id)
+                    .map_err(|e| NoGroup::Create(format!("{}/rea-{run_id}", h.own.display()), e))
+            });
         match (made, self.request) {
             (Ok(g), _) => Ok(Contained {
                 record: Containment {
@@ -56,10 +93,8 @@ impl ContainChoice {
                 },
                 group: Some(g),
             }),
-            (Err(e), ContainRequest::Cgroup) => Err(format!(
-                "--contain cgroup: no writable cgroup v2 hierarchy ({e}); refusing to start"
-            )),
-            (Err(e), _) => Ok(none(e)),
+            (Err(e), ContainRequest::Cgroup) => Err(CgroupRefused(e)),
+            (Err(e), _) => Ok(none(e.to_string())),
         }
     }
 }

@@ -131,42 +131,81 @@ fn writable(p: &Path) -> bool {
     unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
 }
 
+/// Why there is no writable cgroup2 hierarchy for the watchdog's group.
+#[derive(Debug)]
+pub enum NoHierarchy {
+    /// `/proc/self/cgroup` or `/proc/self/mountinfo` could not be read.
+    Read(&'static str, io::Error),
+    /// `/proc/self/cgroup` has no `0::` line.
+    NoV2Line,
+    /// No cgroup2 mount in `/proc/self/mountinfo`.
+    NoMount,
+    /// `statfs` of the mount point failed.
+    Statfs(PathBuf, io::Error),
+    NotCgroup2(PathBuf),
+    ReadOnly(PathBuf),
+    /// The own group is not below the mount's root: (group, root).
+    NotUnderRoot(String, String),
+    NotWritable(PathBuf),
+}
+
+impl std::fmt::Display for NoHierarchy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoHierarchy::Read(what, e) => write!(f, "{what}: {e}"),
+            NoHierarchy::NoV2Line => f.write_str("/proc/self/cgroup has no cgroup v2 (0::) line"),
+            NoHierarchy::NoMount => f.write_str("no cgroup2 mount in /proc/self/mountinfo"),
+            NoHierarchy::Statfs(m, e) => write!(f, "{}: {e}", m.display()),
+            NoHierarchy::NotCgroup2(m) => write!(f, "{} is not a cgroup2 mount", m.display()),
+            NoHierarchy::ReadOnly(m) => write!(f, "{} is mounted read-only", m.display()),
+            NoHierarchy::NotUnderRoot(own, root) => {
+                write!(f, "own group {own} is not under the mount's root {root}")
+            }
+            NoHierarchy::NotWritable(d) => {
+                write!(f, "own group {} is not a writable directory", d.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for NoHierarchy {}
+
 /// Finds a writable cgroup2 hierarchy and the watchdog's own group in it;
 /// `root_override` replaces the mountinfo search (tests). The error says
 /// why there is none.
-pub fn discover(root_override: Option<&Path>) -> Result<Hierarchy, String> {
+pub fn discover(root_override: Option<&Path>) -> Result<Hierarchy, NoHierarchy> {
     let cgroup = std::fs::read_to_string("/proc/self/cgroup")
-        .map_err(|e| format!("/proc/self/cgroup: {e}"))?;
-    let own = parse_own_group(&cgroup).ok_or("/proc/self/cgroup has no cgroup v2 (0::) line")?;
+        .map_err(|e| NoHierarchy::Read("/proc/self/cgroup", e))?;
+    let own = parse_own_group(&cgroup).ok_or(NoHierarchy::NoV2Line)?;
     let (mount_point, root) = match root_override {
         Some(p) => (p.to_path_buf(), "/".to_string()),
         None => {
             let info = std::fs::read_to_string("/proc/self/mountinfo")
-                .map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+                .map_err(|e| NoHierarchy::Read("/proc/self/mountinfo", e))?;
             let mounts = parse_mountinfo(&info);
             let m = mounts
                 .iter()
                 .find(|m| !m.read_only)
                 .or(mounts.first())
-                .ok_or("no cgroup2 mount in /proc/self/mountinfo")?;
+                .ok_or(NoHierarchy::NoMount)?;
             (m.mount_point.clone(), m.root.clone())
         }
     };
-    let shown = mount_point.display();
-    let (magic, ro) = statfs_magic(&mount_point).map_err(|e| format!("{shown}: {e}"))?;
+    let (magic, ro) = match statfs_magic(&mount_point) {
+        Ok(r) => r,
+        Err(e) => return Err(NoHierarchy::Statfs(mount_point, e)),
+    };
     if magic != CGROUP2_MAGIC {
-        return Err(format!("{shown} is not a cgroup2 mount"));
+        return Err(NoHierarchy::NotCgroup2(mount_point));
     }
     if ro {
-        return Err(format!("{shown} is mounted read-only"));
+        return Err(NoHierarchy::ReadOnly(mount_point));
     }
-    let dir = own_dir(&mount_point, &root, &own)
-        .ok_or_else(|| format!("own group {own} is not under the mount's root {root}"))?;
+    let Some(dir) = own_dir(&mount_point, &root, &own) else {
+        return Err(NoHierarchy::NotUnderRoot(own, root));
+    };
     if !dir.is_dir() || !writable(&dir) {
-        return Err(format!(
-            "own group {} is not a writable directory",
-            dir.display()
-        ));
+        return Err(NoHierarchy::NotWritable(dir));
     }
     Ok(Hierarchy {
         mount_point,

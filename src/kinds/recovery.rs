@@ -16,6 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::json_error::JsonError;
 use crate::kinds::group::CheckedMember;
 use crate::kinds::watchdog::{
     Containment, DirIdentity, GroupIdentity, GroupMember, GroupSeen, Ident, StagingInventoried,
@@ -280,9 +281,9 @@ macro_rules! recovery_events {
             }
 
             /// Typed parse of `data` for `kind`; `None` for a kind not of this log.
-            pub fn parse(kind: &str, data: &str) -> Option<serde_json::Result<RecoveryEvent>> {
+            pub fn parse(kind: &str, data: &str) -> Option<Result<RecoveryEvent, JsonError>> {
                 match kind {
-                    $($name => Some(serde_json::from_str::<$ty>(data).map(RecoveryEvent::$variant)),)*
+                    $($name => Some(crate::json_error::from_str::<$ty>(data).map(RecoveryEvent::$variant)),)*
                     _ => None,
                 }
             }

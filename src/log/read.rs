@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{Kind, MAX_LINE};
+use crate::json_error::{self, ErrorKind, JsonError};
 
 /// One record, as read (envelope strings borrowed from the line).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,19 +91,14 @@ fn err(fault: Fault, detail: impl Into<String>) -> LineError {
     }
 }
 
-/// Maps a serde_json error to the fault it stands for.
-fn json_fault(e: &serde_json::Error) -> Fault {
-    let msg = e.to_string();
-    if msg.starts_with("unknown field") {
-        Fault::UnknownField
-    } else if msg.starts_with("duplicate field") {
-        Fault::DuplicateKey
-    } else if msg.contains("floating point") {
-        Fault::Float
-    } else if e.is_syntax() || e.is_eof() {
-        Fault::MalformedJson
-    } else {
-        Fault::BadField
+/// The fault a JSON error stands for, by its kind.
+fn json_fault(e: &JsonError) -> Fault {
+    match e.kind {
+        ErrorKind::UnknownField => Fault::UnknownField,
+        ErrorKind::DuplicateField => Fault::DuplicateKey,
+        ErrorKind::Float => Fault::Float,
+        ErrorKind::Syntax | ErrorKind::Eof => Fault::MalformedJson,
+        _ => Fault::BadField,
     }
 }
 
@@ -128,7 +124,7 @@ pub fn parse_line<K: Kind>(line: &[u8]) -> Result<Record<'_, K>, LineError> {
     if !text.trim_start().starts_with('{') {
         return Err(err(Fault::MalformedJson, "a record is a JSON object"));
     }
-    let wire: Wire = serde_json::from_str(text).map_err(|e| err(json_fault(&e), e.to_string()))?;
+    let wire: Wire = json_error::from_str(text).map_err(|e| err(json_fault(&e), e.to_string()))?;
     if !wire.data.get().starts_with('{') {
         return Err(err(
             Fault::MalformedJson,
@@ -138,7 +134,7 @@ pub fn parse_line<K: Kind>(line: &[u8]) -> Result<Record<'_, K>, LineError> {
             ),
         ));
     }
-    let event = match K::parse_data(&wire.kind, wire.data.get()) {
+    let event = match K::parse_kinded(&wire.kind, wire.data.get()) {
         None => {
             return Err(err(
                 Fault::UnknownKind,

@@ -17,7 +17,7 @@ use crate::audit::reconcile_env::run_processes;
 use crate::contain::census::census;
 use crate::contain::group::ActionGroup;
 use crate::contain::proof::checked_census;
-use crate::kinds::group::UnprovenMember;
+use crate::kinds::group::{GroupIdentity, UnprovenMember};
 use crate::kinds::recovery::{
     Code, Reason, RecoveryEvent, RecoveryFreeze, RecoveryGroupRemoved, RecoveryKilled,
     RecoveryMembers, RecoveryScan, RecoveryStaging, RecoveryStarted, ScanProc,
@@ -124,55 +124,13 @@ pub fn act(log: &mut RecoveryLog, g: ActionGroup, s: &RecoveryStarted) -> Result
         return Ok(Acted::Refused(Reason { code, detail }, foreign(s, &before)));
     }
 
-    let t0 = Instant::now();
-    let kill_error = g.kill().err().map(|e| format!("cgroup.kill: {e}"));
-    if kill_error.is_none() {
-        // Its answer is read again below, whatever it was.
-        let _ = g.wait_empty(WAIT);
-    }
-    let waited_ms = t0.elapsed().as_millis() as u64;
-    let populated = g.populated().ok();
-    if populated != Some(false) {
-        // Whoever is left runs again (a kill that was written is
-        // delivered as they thaw); the group is not left stopped.
-        thaw(&g);
-    }
-    let left = match populated {
-        Some(false) => Default::default(),
-        _ => census(&g),
-    };
-    let killed = RecoveryKilled {
-        kill_error,
-        populated,
-        waited_ms,
-        wait_limit_ms: WAIT.as_millis() as u64,
-        members_left: left.members,
-        members_left_not_listed: left.not_listed + left.not_visible,
-    };
+    let killed = kill(&g);
+    let populated = killed.populated;
     let wrote_kill = killed.kill_error.is_none();
     log.record(&RecoveryEvent::Killed(killed.clone()))
         .map_err(fail(wrote_kill))?;
 
-    let removed = if populated == Some(false) {
-        match g.remove() {
-            Ok(()) => RecoveryGroupRemoved {
-                group: identity.clone(),
-                removed: true,
-                detail: String::new(),
-            },
-            Err((_, e)) => RecoveryGroupRemoved {
-                group: identity.clone(),
-                removed: false,
-                detail: format!("rmdir: {e}"),
-            },
-        }
-    } else {
-        RecoveryGroupRemoved {
-            group: identity.clone(),
-            removed: false,
-            detail: "not attempted: the group is still populated".into(),
-        }
-    };
+    let removed = remove(g, identity, populated);
     log.record(&RecoveryEvent::GroupRemoved(removed.clone()))
         .map_err(fail(wrote_kill))?;
 
@@ -191,13 +149,77 @@ pub fn act(log: &mut RecoveryLog, g: ActionGroup, s: &RecoveryStarted) -> Result
     }
 
     let run = s.log_run.clone().unwrap_or_default();
+    let scan = scan_run(&run);
+    log.record(&RecoveryEvent::Scan(scan.clone()))
+        .map_err(fail(wrote_kill))?;
+
+    let reasons = failures(&killed, &removed, &scan)
+        .into_iter()
+        .map(|code| Reason {
+            code,
+            detail: failure_detail(code, &killed, &removed, &scan),
+        })
+        .collect();
+    Ok(Acted::Ran(reasons))
+}
+
+/// `cgroup.kill`, then the wait for `populated 0` (bounded by [`WAIT`]);
+/// a group still populated is thawed, and its members left listed.
+fn kill(g: &ActionGroup) -> RecoveryKilled {
+    let t0 = Instant::now();
+    let kill_error = g.kill().err().map(|e| format!("cgroup.kill: {e}"));
+    if kill_error.is_none() {
+        // Its answer is read again below, whatever it was.
+        let _ = g.wait_empty(WAIT);
+    }
+    let waited_ms = t0.elapsed().as_millis() as u64;
+    let populated = g.populated().ok();
+    if populated != Some(false) {
+        // Whoever is left runs again (a kill that was written is
+        // delivered as they thaw); the group is not left stopped.
+        thaw(g);
+    }
+    let left = match populated {
+        Some(false) => Default::default(),
+        _ => census(g),
+    };
+    RecoveryKilled {
+        kill_error,
+        populated,
+        waited_ms,
+        wait_limit_ms: WAIT.as_millis() as u64,
+        members_left: left.members,
+        members_left_not_listed: left.not_listed + left.not_visible,
+    }
+}
+
+/// `rmdir` of the group, only once it is empty.
+fn remove(g: ActionGroup, group: GroupIdentity, populated: Option<bool>) -> RecoveryGroupRemoved {
+    let (removed, detail) = if populated == Some(false) {
+        match g.remove() {
+            Ok(()) => (true, String::new()),
+            Err((_, e)) => (false, format!("rmdir: {e}")),
+        }
+    } else {
+        (false, "not attempted: the group is still populated".into())
+    };
+    RecoveryGroupRemoved {
+        group,
+        removed,
+        detail,
+    }
+}
+
+/// The live processes that carry the run's `REA_RUN_ID` (the group is
+/// gone or emptied: these are outside it), at most [`MAX_SCAN`] listed.
+fn scan_run(run: &str) -> RecoveryScan {
     let mut scan = RecoveryScan {
-        run: run.clone(),
+        run: run.to_string(),
         processes: Vec::new(),
         processes_not_listed: 0,
         error: None,
     };
-    match run_processes(&run) {
+    match run_processes(run) {
         Ok(ps) => {
             for p in ps {
                 if scan.processes.len() < MAX_SCAN {
@@ -213,33 +235,34 @@ pub fn act(log: &mut RecoveryLog, g: ActionGroup, s: &RecoveryStarted) -> Result
         }
         Err(e) => scan.error = Some(format!("/proc scan: {e}")),
     }
-    log.record(&RecoveryEvent::Scan(scan.clone()))
-        .map_err(fail(wrote_kill))?;
+    scan
+}
 
-    let reasons = failures(&killed, &removed, &scan)
-        .into_iter()
-        .map(|code| {
-            let detail = match code {
-                Code::KillFailed => killed.kill_error.clone().unwrap_or_default(),
-                Code::StillPopulated => format!(
-                    "the group is still populated after {} ms (populated {:?}); left: {}",
-                    killed.waited_ms,
-                    killed.populated,
-                    pids(&killed.members_left)
-                ),
-                Code::GroupNotRemoved => removed.detail.clone(),
-                Code::ScanFailed => scan.error.clone().unwrap_or_default(),
-                _ => format!(
-                    "live processes outside the group carry REA_RUN_ID={run}: {}",
-                    scan.processes
-                        .iter()
-                        .map(|p| format!("{} ({})", p.pid, p.comm))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            };
-            Reason { code, detail }
-        })
-        .collect();
-    Ok(Acted::Ran(reasons))
+/// What a failed step's reason says.
+fn failure_detail(
+    code: Code,
+    killed: &RecoveryKilled,
+    removed: &RecoveryGroupRemoved,
+    scan: &RecoveryScan,
+) -> String {
+    match code {
+        Code::KillFailed => killed.kill_error.clone().unwrap_or_default(),
+        Code::StillPopulated => format!(
+            "the group is still populated after {} ms (populated {:?}); left: {}",
+            killed.waited_ms,
+            killed.populated,
+            pids(&killed.members_left)
+        ),
+        Code::GroupNotRemoved => removed.detail.clone(),
+        Code::ScanFailed => scan.error.clone().unwrap_or_default(),
+        _ => format!(
+            "live processes outside the group carry REA_RUN_ID={}: {}",
+            scan.run,
+            scan.processes
+                .iter()
+                .map(|p| format!("{} ({})", p.pid, p.comm))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }

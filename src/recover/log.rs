@@ -6,6 +6,7 @@
 
 use serde::Serialize;
 
+use crate::json_error::JsonError;
 use crate::kinds::recovery::{RecoveryEvent, VERSION};
 
 impl crate::log::Kind for RecoveryEvent {
@@ -20,6 +21,10 @@ impl crate::log::Kind for RecoveryEvent {
     }
 
     fn parse_data(kind: &str, data: &str) -> Option<serde_json::Result<RecoveryEvent>> {
+        RecoveryEvent::parse(kind, data).map(|r| r.map_err(|e| e.error))
+    }
+
+    fn parse_kinded(kind: &str, data: &str) -> Option<Result<RecoveryEvent, JsonError>> {
         RecoveryEvent::parse(kind, data)
     }
 }

@@ -236,38 +236,47 @@ pub fn recover(o: &Options) -> Done {
             done.foreign_members = foreign;
             refuse(log, done, r)
         }
-        Ok(Acted::Ran(reasons)) => {
-            let mut done = done;
-            done.killed = !reasons.iter().any(|r| r.code == Code::KillFailed);
-            let outcome = if reasons.is_empty() {
-                Outcome::Recovered
-            } else {
-                Outcome::Failed
-            };
-            let done = seal(log, done, outcome, reasons);
-            if done.recorded && outcome == Outcome::Recovered {
-                say(&format!(
-                    "recovered run {}: cgroup.kill written to {path}, the group emptied \
-                     (populated 0) and removed; sealed {} (head {}); check it with \
-                     rea-audit verify {}{}",
-                    s.log_run.as_deref().unwrap_or("?"),
-                    done.audit_log,
-                    done.head.as_deref().unwrap_or("?"),
-                    done.audit_log,
-                    s.staging
-                        .as_deref()
-                        .map_or(String::new(), |d| format!(" --staging {d}"))
-                ));
-            } else if done.recorded {
-                for r in &done.reasons {
-                    say(&format!(
-                        "not recovered ({}): {}",
-                        r.code.as_str(),
-                        r.detail
-                    ));
-                }
-            }
-            done
+        Ok(Acted::Ran(reasons)) => ran(log, done, reasons, &s, &path),
+    }
+}
+
+/// The kill ran: recovered when no step failed; the log sealed either way
+/// and the outcome said (the group's `path`).
+fn ran(
+    log: RecoveryLog,
+    mut done: Done,
+    reasons: Vec<Reason>,
+    s: &RecoveryStarted,
+    path: &str,
+) -> Done {
+    done.killed = !reasons.iter().any(|r| r.code == Code::KillFailed);
+    let outcome = if reasons.is_empty() {
+        Outcome::Recovered
+    } else {
+        Outcome::Failed
+    };
+    let done = seal(log, done, outcome, reasons);
+    if done.recorded && outcome == Outcome::Recovered {
+        say(&format!(
+            "recovered run {}: cgroup.kill written to {path}, the group emptied \
+             (populated 0) and removed; sealed {} (head {}); check it with \
+             rea-audit verify {}{}",
+            s.log_run.as_deref().unwrap_or("?"),
+            done.audit_log,
+            done.head.as_deref().unwrap_or("?"),
+            done.audit_log,
+            s.staging
+                .as_deref()
+                .map_or(String::new(), |d| format!(" --staging {d}"))
+        ));
+    } else if done.recorded {
+        for r in &done.reasons {
+            say(&format!(
+                "not recovered ({}): {}",
+                r.code.as_str(),
+                r.detail
+            ));
         }
     }
+    done
 }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::decide::{DirId, Entry, Refusal};
 use super::receipt::BeforeTransfer;
+use crate::json_error::JsonError;
 use crate::kinds::watchdog::HoldersScanned;
 
 /// `v` of every record.
@@ -120,8 +121,8 @@ impl StageEvent {
     }
 
     /// Typed parse of `data` for `kind`; `None` for a kind not of this log.
-    pub fn parse(kind: &str, data: &str) -> Option<serde_json::Result<StageEvent>> {
-        use serde_json::from_str;
+    pub fn parse(kind: &str, data: &str) -> Option<Result<StageEvent, JsonError>> {
+        use crate::json_error::from_str;
         Some(match kind {
             "discard_started" => from_str(data).map(StageEvent::Started),
             "stage_inventoried" => from_str(data).map(StageEvent::Inventoried),
@@ -157,6 +158,10 @@ impl crate::log::Kind for StageEvent {
     }
 
     fn parse_data(kind: &str, data: &str) -> Option<serde_json::Result<StageEvent>> {
+        StageEvent::parse(kind, data).map(|r| r.map_err(|e| e.error))
+    }
+
+    fn parse_kinded(kind: &str, data: &str) -> Option<Result<StageEvent, JsonError>> {
         StageEvent::parse(kind, data)
     }
 }

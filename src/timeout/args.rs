@@ -84,9 +84,68 @@ const LONG: [(&str, u8, bool); 7] = [
     ("version", b'V', false),
 ];
 
-fn fail(first: &str) -> String {
-    format!("timeout: {first}\n{TRY}")
+/// Why timeout's arguments were refused; its `Display` is the exact
+/// stderr text coreutils prints (without the last newline).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UsageError {
+    /// Fewer than two operands: only the `Try 'timeout --help'` line.
+    MissingOperand,
+    /// `--NAME` that abbreviates no long option (the argument after `--`).
+    Unrecognized(Vec<u8>),
+    /// `--NAME` that abbreviates several: the argument and the candidates.
+    Ambiguous {
+        body: Vec<u8>,
+        names: Vec<&'static str>,
+    },
+    /// `--NAME=VALUE` for an option without a value.
+    TakesNoArgument(&'static str),
+    /// `--NAME` without its value at the end of the arguments.
+    LongNeedsArgument(&'static str),
+    /// `-C` for a letter timeout does not know.
+    InvalidShort(u8),
+    /// `-k` or `-s` without its value at the end of the arguments.
+    ShortNeedsArgument(u8),
+    /// A DURATION or `--kill-after` value that is not one.
+    InvalidInterval(Vec<u8>),
+    /// A `--signal` value that names no signal.
+    InvalidSignal(Vec<u8>),
 }
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if *self != UsageError::MissingOperand {
+            f.write_str("timeout: ")?;
+        }
+        match self {
+            UsageError::MissingOperand => return f.write_str(TRY),
+            UsageError::Unrecognized(body) => write!(f, "unrecognized option '--{}'", lossy(body)),
+            UsageError::Ambiguous { body, names } => {
+                let list: Vec<String> = names.iter().map(|n| format!("'--{n}'")).collect();
+                write!(
+                    f,
+                    "option '--{}' is ambiguous; possibilities: {}",
+                    lossy(body),
+                    list.join(" ")
+                )
+            }
+            UsageError::TakesNoArgument(long) => {
+                write!(f, "option '--{long}' doesn't allow an argument")
+            }
+            UsageError::LongNeedsArgument(long) => {
+                write!(f, "option '--{long}' requires an argument")
+            }
+            UsageError::InvalidShort(c) => write!(f, "invalid option -- '{}'", lossy(&[*c])),
+            UsageError::ShortNeedsArgument(c) => {
+                write!(f, "option requires an argument -- '{}'", *c as char)
+            }
+            UsageError::InvalidInterval(s) => write!(f, "invalid time interval {}", quote(s)),
+            UsageError::InvalidSignal(s) => write!(f, "{}: invalid signal", quote(s)),
+        }?;
+        write!(f, "\n{TRY}")
+    }
+}
+
+impl std::error::Error for UsageError {}
 
 fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -98,7 +157,7 @@ fn lossy(b: &[u8]) -> String {
 /// (without the last newline), after which timeout exits 125. With fewer
 /// than two operands (no DURATION or no COMMAND) coreutils prints only the
 /// `Try 'timeout --help'` line, and so does this.
-pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
+pub fn parse(args: &[OsString]) -> Result<Parsed, UsageError> {
     let mut t = TimeoutArgs {
         duration: Limit::Never,
         kill_after: Limit::Never,
@@ -127,17 +186,13 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
             };
             let (long, opt, takes) = find_long(name, body)?;
             if !takes && inline.is_some() {
-                return Err(fail(&format!(
-                    "option '--{long}' doesn't allow an argument"
-                )));
+                return Err(UsageError::TakesNoArgument(long));
             }
             let value = match (inline, takes) {
                 (Some(v), _) => Some(v),
                 (None, false) => None,
                 (None, true) => {
-                    let v = args
-                        .get(i)
-                        .ok_or_else(|| fail(&format!("option '--{long}' requires an argument")))?;
+                    let v = args.get(i).ok_or(UsageError::LongNeedsArgument(long))?;
                     i += 1;
                     Some(v.as_bytes())
                 }
@@ -151,7 +206,7 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
         while let Some(&c) = arg.get(j) {
             j += 1;
             if !b"fkpsv".contains(&c) {
-                return Err(fail(&format!("invalid option -- '{}'", lossy(&[c]))));
+                return Err(UsageError::InvalidShort(c));
             }
             if c == b'k' || c == b's' {
                 let value = if j < arg.len() {
@@ -160,10 +215,7 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
                     i += 1;
                     v.as_bytes()
                 } else {
-                    return Err(fail(&format!(
-                        "option requires an argument -- '{}'",
-                        c as char
-                    )));
+                    return Err(UsageError::ShortNeedsArgument(c));
                 };
                 apply(&mut t, c, Some(value))?;
                 break;
@@ -173,7 +225,7 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
     }
     let rest = &args[i.min(args.len())..];
     let (Some(duration), Some(_)) = (rest.first(), rest.get(1)) else {
-        return Err(TRY.to_string());
+        return Err(UsageError::MissingOperand);
     };
     t.duration =
         duration_of(duration.as_bytes()).ok_or_else(|| bad_interval(duration.as_bytes()))?;
@@ -183,7 +235,7 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
 
 /// The long option NAME abbreviates (an exact name wins over prefixes);
 /// `body` is the whole argument after `--`, for the messages.
-fn find_long(name: &[u8], body: &[u8]) -> Result<(&'static str, u8, bool), String> {
+fn find_long(name: &[u8], body: &[u8]) -> Result<(&'static str, u8, bool), UsageError> {
     if let Some(&found) = LONG.iter().find(|(n, _, _)| n.as_bytes() == name) {
         return Ok(found);
     }
@@ -192,21 +244,17 @@ fn find_long(name: &[u8], body: &[u8]) -> Result<(&'static str, u8, bool), Strin
         .filter(|(n, _, _)| n.as_bytes().starts_with(name))
         .collect();
     match hits.as_slice() {
-        [] => Err(fail(&format!("unrecognized option '--{}'", lossy(body)))),
+        [] => Err(UsageError::Unrecognized(body.to_vec())),
         [&one] => Ok(one),
-        many => {
-            let list: Vec<String> = many.iter().map(|(n, _, _)| format!("'--{n}'")).collect();
-            Err(fail(&format!(
-                "option '--{}' is ambiguous; possibilities: {}",
-                lossy(body),
-                list.join(" ")
-            )))
-        }
+        many => Err(UsageError::Ambiguous {
+            body: body.to_vec(),
+            names: many.iter().map(|(n, _, _)| *n).collect(),
+        }),
     }
 }
 
 /// Applies one option; `Some` when it was `--help` or `--version`.
-fn apply(t: &mut TimeoutArgs, opt: u8, value: Option<&[u8]>) -> Result<Option<Parsed>, String> {
+fn apply(t: &mut TimeoutArgs, opt: u8, value: Option<&[u8]>) -> Result<Option<Parsed>, UsageError> {
     let value = value.unwrap_or_default();
     match opt {
         b'f' => t.foreground = true,
@@ -214,8 +262,7 @@ fn apply(t: &mut TimeoutArgs, opt: u8, value: Option<&[u8]>) -> Result<Option<Pa
         b'v' => t.verbose = true,
         b'k' => t.kill_after = duration_of(value).ok_or_else(|| bad_interval(value))?,
         b's' => {
-            t.signal = signal_of(value)
-                .ok_or_else(|| fail(&format!("{}: invalid signal", quote(value))))?
+            t.signal = signal_of(value).ok_or_else(|| UsageError::InvalidSignal(value.to_vec()))?
         }
         b'h' => return Ok(Some(Parsed::Help)),
         _ => return Ok(Some(Parsed::Version)), // b'V'
@@ -223,8 +270,8 @@ fn apply(t: &mut TimeoutArgs, opt: u8, value: Option<&[u8]>) -> Result<Option<Pa
     Ok(None)
 }
 
-fn bad_interval(s: &[u8]) -> String {
-    fail(&format!("invalid time interval {}", quote(s)))
+fn bad_interval(s: &[u8]) -> UsageError {
+    UsageError::InvalidInterval(s.to_vec())
 }
 
 /// `s` quoted as coreutils' quote() does in the C locale: in single quotes;

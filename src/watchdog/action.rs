@@ -138,7 +138,7 @@ impl Action {
                     }
                     Some(Source::Reply(chan)) => {
                         if let Err(detail) = self.replies.flush(&mut self.src, chan) {
-                            self.ledger.reply_failed(format!("channel {chan}"), detail);
+                            self.ledger.reply_failed(format!("channel {chan}"), &detail);
                         }
                     }
                     None => {} // removed earlier in this wake-up
@@ -255,7 +255,7 @@ impl Action {
 
     fn send(&mut self, chan: u64, id: &str, reply: &Reply, last: bool) {
         if let Err(detail) = self.replies.send(&mut self.src, chan, reply, last) {
-            self.ledger.reply_failed(id.to_string(), detail);
+            self.ledger.reply_failed(id.to_string(), &detail);
         }
     }
 

@@ -25,7 +25,7 @@ use super::effect::{Effects, ReplyTo};
 use super::framer::{Framer, Text};
 use super::launch_request::LaunchRequest;
 use super::ledger::Ledger;
-use super::reply::Replies;
+use super::reply::{Replies, ReplyError};
 use super::state_dir::StateDir;
 use super::stop::Trigger;
 use crate::kinds::watchdog::{Event, RequestReceived, RequestRefused};
@@ -80,7 +80,7 @@ pub struct Desk<'a> {
 }
 
 impl Desk<'_> {
-    fn open_reply(&mut self, name: &str) -> Result<u64, String> {
+    fn open_reply(&mut self, name: &str) -> Result<u64, ReplyError> {
         self.replies
             .open(self.state.replies.as_fd(), name, self.me.uid)
     }
@@ -219,7 +219,13 @@ impl Intake {
             Ok(c) => c,
             Err(d) => {
                 let id = Some(req.id.as_str());
-                return quiet(desk, id, RefusalReason::BadReply, d, bytes as usize);
+                return quiet(
+                    desk,
+                    id,
+                    RefusalReason::BadReply,
+                    d.to_string(),
+                    bytes as usize,
+                );
             }
         };
         desk.ledger
@@ -244,10 +250,10 @@ impl Intake {
                         launch.stdin = Some(file);
                         Some(Admitted::Spawn(launch))
                     }
-                    Err(detail) => {
+                    Err(e) => {
                         // Refused, so the id is not used after all.
                         self.used_ids.remove(&id);
-                        desk.refuse((RefusalReason::BadStdin, detail), Some(id), chan);
+                        desk.refuse((RefusalReason::BadStdin, e.to_string()), Some(id), chan);
                         None
                     }
                 }

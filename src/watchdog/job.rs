@@ -10,8 +10,10 @@ use sha2::{Digest, Sha256};
 use mio::Token;
 
 use super::effect::ReplyTo;
+use super::launch_request::LaunchRequest;
 use super::passthrough::Passthrough;
 use super::sources::Sources;
+use super::spawn::Spawned;
 use crate::b64;
 use crate::kinds::watchdog::{Status, StreamSummary};
 use crate::process::pidfd::VerifiedPidFd;
@@ -87,6 +89,37 @@ pub struct Job {
 }
 
 impl Job {
+    /// A job as it is watched from its spawn on (no pass-through, no
+    /// output cap: the caller sets those it has).
+    pub fn spawned(
+        num: u64,
+        req: LaunchRequest,
+        sp: Spawned,
+        now: Instant,
+        deadline: Option<Instant>,
+    ) -> Job {
+        Job {
+            num,
+            id: req.id,
+            leader: sp.leader,
+            leader_token: None,
+            sid: sp.sid,
+            started: now,
+            deadline,
+            alarm: req.inner_alarm.map(|a| now + a),
+            stop_signal: req.stop_signal,
+            caller: req.caller,
+            caller_token: None,
+            reply: req.reply,
+            capture: req.capture,
+            passthrough: false,
+            out: [Output::new(sp.stdout), Output::new(sp.stderr)],
+            cap: None,
+            capped: false,
+            status: None,
+        }
+    }
+
     pub fn running(&self) -> bool {
         self.status.is_none()
     }

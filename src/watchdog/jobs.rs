@@ -17,7 +17,7 @@ use mio::Interest;
 
 use super::config::Config;
 use super::effect::Effects;
-use super::job::{close_pipe, pump, Job, Output};
+use super::job::{close_pipe, pump, Job};
 use super::job_env::{child_setup, job_env, requested_env};
 use super::launch_request::LaunchRequest;
 use super::ledger::Ledger;
@@ -258,10 +258,10 @@ impl Jobs {
             Err(e) => return self.failed(num, &req, argv_text, program, e, ledger, fx),
         };
         let leader = sp.leader.proc().clone();
-        ledger.append(Event::JobSpawned(JobSpawned {
+        let spawned = JobSpawned {
             job: num,
             id: req.id.clone(),
-            name: req.name,
+            name: req.name.take(),
             argv: argv_text,
             program,
             cwd: req.cwd.as_ref().map(|c| c.to_string_lossy().into_owned()),
@@ -281,7 +281,8 @@ impl Jobs {
             inner_alarm_ms: req.inner_alarm.map(millis),
             capture: req.capture,
             stop_signal: req.stop_signal,
-        }));
+        };
+        ledger.append(Event::JobSpawned(spawned));
         if let Some(r) = &req.reply {
             let accepted = Reply::Accepted {
                 v: PROTOCOL_VERSION,
@@ -292,26 +293,9 @@ impl Jobs {
             };
             fx.reply(r, accepted, false);
         }
-        let mut job = Job {
-            num,
-            id: req.id,
-            leader: sp.leader,
-            leader_token: None,
-            sid: sp.sid,
-            started: now,
-            deadline,
-            alarm: req.inner_alarm.map(|a| now + a),
-            stop_signal: req.stop_signal,
-            caller: req.caller,
-            caller_token: None,
-            reply: req.reply,
-            capture: req.capture,
-            passthrough: self.pass.is_some(),
-            out: [Output::new(sp.stdout), Output::new(sp.stderr)],
-            cap: self.output_cap,
-            capped: false,
-            status: None,
-        };
+        let mut job = Job::spawned(num, req, sp, now, deadline);
+        job.passthrough = self.pass.is_some();
+        job.cap = self.output_cap;
         if let Err(e) = watch(&mut job, src) {
             // Without its descriptors in the poll the job cannot be watched.
             let detail = format!("cannot poll job {num}: {e}");

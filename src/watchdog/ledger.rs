@@ -70,7 +70,8 @@ impl Ledger {
     }
 
     /// A reply (to request `id`, or to a channel) could not be delivered.
-    pub fn reply_failed(&mut self, id: String, detail: String) {
+    pub fn reply_failed(&mut self, id: String, why: &super::reply::ReplyError) {
+        let detail = why.to_string();
         self.append(Event::ReplyFailed(ReplyFailed { id, detail }));
     }
 

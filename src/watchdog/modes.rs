@@ -58,7 +58,7 @@ fn open_action(
     let cfg = &cfg;
     // Before the state directory and the log: `cgroup` that cannot be had
     // fails closed with nothing made and nothing launched.
-    let contained = contain.apply(&cfg.run_id)?;
+    let contained = contain.apply(&cfg.run_id).map_err(|e| e.to_string())?;
     let give_back = |c: Contained| {
         if let Some(g) = c.group {
             let _ = g.remove(); // empty: nothing was placed in it yet

@@ -12,6 +12,7 @@ use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use mio::{Interest, Token};
+use nix::errno::Errno;
 use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::poll::{poll, PollFd, PollFlags};
 use nix::sys::stat::{fstat, fstatat, Mode};
@@ -34,32 +35,81 @@ pub struct Replies {
     next: u64,
 }
 
-/// Why a reply FIFO is refused or failed.
-pub type ReplyError = String;
+/// Why a reply FIFO (or a job's stdin file in `replies/`) is refused or
+/// failed; each names the file as `replies/NAME`.
+#[derive(Debug)]
+pub enum ReplyError {
+    /// A system call on `replies/NAME` failed.
+    Sys(String, Errno),
+    /// A call on the descriptor already opened failed (no name said).
+    Opened(Errno),
+    Symlink(String),
+    NotFifo(String),
+    NotRegular(String),
+    /// A reply FIFO not of the watchdog's uid: (name, its uid, the uid).
+    Owner(String, u32, u32),
+    /// A reply FIFO whose mode is not 0600.
+    Mode(String, u32),
+    /// A stdin file not the watchdog's uid's with mode 0600: (name, its
+    /// uid, its mode, the uid).
+    Input(String, u32, u32, u32),
+    /// The FIFO has no reader (ENXIO at open).
+    NoReader(String),
+    /// What was opened is not what was checked.
+    Replaced(String),
+    /// A reply to a channel already closed.
+    Closed,
+    /// Writing to the FIFO failed.
+    Write(io::Error),
+    /// The FIFO could not be added to the poll.
+    Poll(io::Error),
+}
+
+impl std::fmt::Display for ReplyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplyError::Sys(n, e) => write!(f, "replies/{n}: {}", e.desc()),
+            ReplyError::Opened(e) => f.write_str(e.desc()),
+            ReplyError::Symlink(n) => write!(f, "replies/{n} is a symlink"),
+            ReplyError::NotFifo(n) => write!(f, "replies/{n} is not a FIFO"),
+            ReplyError::NotRegular(n) => write!(f, "replies/{n} is not a regular file"),
+            ReplyError::Owner(n, have, want) => {
+                write!(f, "replies/{n} is owned by uid {have}, not {want}")
+            }
+            ReplyError::Mode(n, mode) => write!(f, "replies/{n} has mode {mode:o}, must be 600"),
+            ReplyError::Input(n, have, mode, want) => write!(
+                f,
+                "replies/{n} is owned by uid {have} with mode {mode:o}; must be {want}, 600"
+            ),
+            ReplyError::NoReader(n) => write!(f, "replies/{n}: nobody is reading it"),
+            ReplyError::Replaced(n) => write!(f, "replies/{n} was replaced while being opened"),
+            ReplyError::Closed => f.write_str("reply channel already closed"),
+            ReplyError::Write(e) => write!(f, "reply FIFO: {e}"),
+            ReplyError::Poll(e) => write!(f, "cannot poll reply FIFO: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReplyError {}
 
 impl Replies {
     /// Validates and opens `replies/NAME` for writing.
     pub fn open(&mut self, dir: BorrowedFd<'_>, name: &str, uid: u32) -> Result<u64, ReplyError> {
+        let named = || name.to_string();
         let st = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
-            .map_err(|e| format!("replies/{name}: {}", e.desc()))?;
+            .map_err(|e| ReplyError::Sys(named(), e))?;
         let kind = st.st_mode & libc::S_IFMT;
         if kind == libc::S_IFLNK {
-            return Err(format!("replies/{name} is a symlink"));
+            return Err(ReplyError::Symlink(named()));
         }
         if kind != libc::S_IFIFO {
-            return Err(format!("replies/{name} is not a FIFO"));
+            return Err(ReplyError::NotFifo(named()));
         }
         if st.st_uid != uid {
-            return Err(format!(
-                "replies/{name} is owned by uid {}, not {uid}",
-                st.st_uid
-            ));
+            return Err(ReplyError::Owner(named(), st.st_uid, uid));
         }
         if st.st_mode & 0o777 != 0o600 {
-            return Err(format!(
-                "replies/{name} has mode {:o}, must be 600",
-                st.st_mode & 0o777
-            ));
+            return Err(ReplyError::Mode(named(), st.st_mode & 0o777));
         }
         let fd = openat(
             dir,
@@ -68,12 +118,12 @@ impl Replies {
             Mode::empty(),
         )
         .map_err(|e| match e {
-            nix::errno::Errno::ENXIO => format!("replies/{name}: nobody is reading it"),
-            e => format!("replies/{name}: {}", e.desc()),
+            Errno::ENXIO => ReplyError::NoReader(named()),
+            e => ReplyError::Sys(named(), e),
         })?;
-        let st2 = fstat(&fd).map_err(|e| e.desc().to_string())?;
+        let st2 = fstat(&fd).map_err(ReplyError::Opened)?;
         if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino) {
-            return Err(format!("replies/{name} was replaced while being opened"));
+            return Err(ReplyError::Replaced(named()));
         }
         let id = self.next;
         self.next += 1;
@@ -104,28 +154,28 @@ impl Replies {
             OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| format!("replies/{name}: {}", e.desc()))?;
-        let st = fstat(&fd).map_err(|e| format!("replies/{name}: {}", e.desc()))?;
+        .map_err(|e| ReplyError::Sys(name.to_string(), e))?;
+        let st = fstat(&fd).map_err(|e| ReplyError::Sys(name.to_string(), e))?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return Err(format!("replies/{name} is not a regular file"));
+            return Err(ReplyError::NotRegular(name.to_string()));
         }
         if st.st_uid != uid || st.st_mode & 0o777 != 0o600 {
-            return Err(format!(
-                "replies/{name} is owned by uid {} with mode {:o}; must be {uid}, 600",
+            return Err(ReplyError::Input(
+                name.to_string(),
                 st.st_uid,
-                st.st_mode & 0o777
+                st.st_mode & 0o777,
+                uid,
             ));
         }
         // Blocking again for the job, which reads it as a plain stdin.
         let flags = OFlag::from_bits_truncate(
-            nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_GETFL)
-                .map_err(|e| e.desc().to_string())?,
+            nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_GETFL).map_err(ReplyError::Opened)?,
         );
         nix::fcntl::fcntl(
             &fd,
             nix::fcntl::FcntlArg::F_SETFL(flags & !OFlag::O_NONBLOCK),
         )
-        .map_err(|e| e.desc().to_string())?;
+        .map_err(ReplyError::Opened)?;
         Ok(File::from(fd))
     }
 
@@ -140,7 +190,7 @@ impl Replies {
         last: bool,
     ) -> Result<(), ReplyError> {
         let Some(c) = self.chans.get_mut(&chan) else {
-            return Err("reply channel already closed".into());
+            return Err(ReplyError::Closed);
         };
         c.queue.extend_from_slice(&reply.to_line());
         c.last |= last;
@@ -161,7 +211,7 @@ impl Replies {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    result = Err(format!("reply FIFO: {e}"));
+                    result = Err(ReplyError::Write(e));
                     c.queue.clear();
                     c.last = true;
                     break;
@@ -174,7 +224,7 @@ impl Replies {
             let fd = c.file.as_fd().as_raw_fd();
             let token = src
                 .add(fd, Source::Reply(chan), Interest::WRITABLE)
-                .map_err(|e| format!("cannot poll reply FIFO: {e}"))?;
+                .map_err(ReplyError::Poll)?;
             c.token = Some(token);
         }
         result

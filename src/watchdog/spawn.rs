@@ -198,9 +198,21 @@ unsafe impl Send for Execve {}
 // references on several threads only ever read immutable buffers.
 unsafe impl Sync for Execve {}
 
+/// An argv or env string with a NUL byte: it cannot be passed to execve.
+#[derive(Debug)]
+struct NulByte;
+
+impl std::fmt::Display for NulByte {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("argv or env holds a NUL byte")
+    }
+}
+
+impl std::error::Error for NulByte {}
+
 impl Execve {
-    fn new(l: &Launch<'_>) -> Result<Execve, String> {
-        let c = |b: &[u8]| CString::new(b).map_err(|_| "argv or env holds a NUL byte".to_string());
+    fn new(l: &Launch<'_>) -> Result<Execve, NulByte> {
+        let c = |b: &[u8]| CString::new(b).map_err(|_| NulByte);
         let mut strings = Vec::new();
         for a in l.argv {
             strings.push(c(a.as_bytes())?);
@@ -275,10 +287,10 @@ pub fn spawn(mut l: Launch<'_>) -> Result<Spawned, SpawnError> {
     }
     let (parent, nofile, priority, how) = (l.watchdog_pid, l.nofile, l.priority, l.child);
     let cgroup_procs = l.cgroup_procs;
-    let exec = Execve::new(&l).map_err(|detail| SpawnError {
+    let exec = Execve::new(&l).map_err(|e| SpawnError {
         errno: libc::EINVAL,
         reason: RefusalReason::BadArgv,
-        detail,
+        detail: e.to_string(),
     })?;
     // SAFETY: child_setup and Execve::exec only make async-signal-safe calls.
     unsafe {

@@ -24,7 +24,7 @@ fn run(args: &[&str]) -> TimeoutArgs {
 
 fn err(args: &[&str]) -> String {
     match parse(&os(args)) {
-        Err(e) => e,
+        Err(e) => e.to_string(),
         other => panic!("{args:?} parsed: {other:?}"),
     }
 }
@@ -470,7 +470,7 @@ fn non_utf8_arguments_are_kept_or_refused_never_panic() {
     };
     assert_eq!(t.command, vec![raw.clone(), raw.clone()]);
     assert_eq!(
-        parse(&[raw.clone(), OsString::from("x")]),
+        parse(&[raw.clone(), OsString::from("x")]).map_err(|e| e.to_string()),
         Err(format!("timeout: invalid time interval 'x\\377'\n{TRY}"))
     );
 }

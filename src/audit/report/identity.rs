@@ -112,71 +112,7 @@ impl Identity {
 
     fn watchdog_rows(&self, t: &mut String) {
         if let Some(r) = &self.started {
-            row(
-                t,
-                "mode",
-                &format!("{} (rea {})", text(&word(&r.mode)), text(&r.version)),
-            );
-            row(
-                t,
-                "watchdog",
-                &format!(
-                    "pid {} (start time {}, uid {})",
-                    r.watchdog.pid, r.watchdog.start_time, r.watchdog.uid
-                ),
-            );
-            row(
-                t,
-                "state directory",
-                &format!("<code>{}</code>", text(&r.state_dir)),
-            );
-            let b = &r.bounds;
-            let ask = match b.ask {
-                AskSpan::HalfGrace => "half the TERM grace".to_string(),
-                AskSpan::UntilExit => "until every leader asked has exited".to_string(),
-                AskSpan::KillAfterMs(k) => format!("until the leaders exit, or {k} ms then KILL"),
-            };
-            row(
-                t,
-                "bounds",
-                &format!(
-                    "action deadline {}, TERM grace {} ms, kill bound {} ms, output cap {}, ask {}",
-                    ms(b.action_deadline_ms),
-                    b.term_grace_ms,
-                    b.kill_bound_ms,
-                    b.output_cap.map_or("none".into(), |c| format!("{c} bytes")),
-                    text(&ask)
-                ),
-            );
-            match &r.staging {
-                Some(s) => row(
-                    t,
-                    "staging",
-                    &format!(
-                        "<code>{}</code> (dev {}, inode {}, uid {}, mode {:04o})",
-                        text(&s.path),
-                        s.dev,
-                        s.ino,
-                        s.uid,
-                        s.mode & 0o7777
-                    ),
-                ),
-                None => row(t, "staging", "none recorded"),
-            }
-            if let Some(h) = &r.handover {
-                row(
-                    t,
-                    "exec handover",
-                    &format!(
-                        "environment {}, stdio {}, own session {}, parent-death signal {}, {} inherited child(ren) left alone",
-                        if h.env_inherited { "inherited" } else { "minimal" },
-                        if h.stdio_inherited { "inherited" } else { "relayed" },
-                        h.own_session,
-                        h.pdeathsig,
-                        h.inherited_total
-                    ),
-                );
-            }
+            started_rows(t, r);
         }
         if let Some(a) = &self.armed {
             row(
@@ -198,6 +134,12 @@ impl Identity {
             };
             row(t, "root controller", &who);
         }
+        self.containment_row(t);
+        receipt_rows(t, self.receipt.as_ref());
+    }
+
+    /// The containment asked and got, its group and what the close found.
+    fn containment_row(&self, t: &mut String) {
         if let Some(c) = &self.containment {
             let mut s = format!(
                 "{} (asked {})",
@@ -219,32 +161,106 @@ impl Identity {
             }
             row(t, "containment", &s);
         }
-        if let Some(r) = &self.receipt {
-            row(
-                t,
-                "outcome",
-                &format!(
-                    "{}{}: quiescent {}, no live or waitable descendants {}, uncertain mappings {}, temp root removed {}, root alive {}",
-                    text(&word(&r.outcome)),
-                    r.stop_reason.map(|s| format!(" ({})", s.as_str())).unwrap_or_default(),
-                    r.quiescent,
-                    r.no_live_or_waitable_descendants,
-                    r.uncertain_mappings,
-                    r.temp_root_removed,
-                    r.root_alive
-                ),
-            );
-            let k = &r.counts;
-            row(
-                t,
-                "counts",
-                &format!(
-                    "requests {}, refused {}, jobs {}, signals {}, reaped {}",
-                    k.requests, k.refused, k.jobs, k.signals, k.reaped
-                ),
-            );
-        } else {
-            row(t, "outcome", "no receipt: the log is not sealed");
-        }
+    }
+}
+
+/// What the run began with: mode, watchdog, state directory, bounds,
+/// stage and (exec) the handover.
+fn started_rows(t: &mut String, r: &RunStarted) {
+    row(
+        t,
+        "mode",
+        &format!("{} (rea {})", text(&word(&r.mode)), text(&r.version)),
+    );
+    row(
+        t,
+        "watchdog",
+        &format!(
+            "pid {} (start time {}, uid {})",
+            r.watchdog.pid, r.watchdog.start_time, r.watchdog.uid
+        ),
+    );
+    row(
+        t,
+        "state directory",
+        &format!("<code>{}</code>", text(&r.state_dir)),
+    );
+    let b = &r.bounds;
+    let ask = match b.ask {
+        AskSpan::HalfGrace => "half the TERM grace".to_string(),
+        AskSpan::UntilExit => "until every leader asked has exited".to_string(),
+        AskSpan::KillAfterMs(k) => format!("until the leaders exit, or {k} ms then KILL"),
+    };
+    row(
+        t,
+        "bounds",
+        &format!(
+            "action deadline {}, TERM grace {} ms, kill bound {} ms, output cap {}, ask {}",
+            ms(b.action_deadline_ms),
+            b.term_grace_ms,
+            b.kill_bound_ms,
+            b.output_cap.map_or("none".into(), |c| format!("{c} bytes")),
+            text(&ask)
+        ),
+    );
+    match &r.staging {
+        Some(s) => row(
+            t,
+            "staging",
+            &format!(
+                "<code>{}</code> (dev {}, inode {}, uid {}, mode {:04o})",
+                text(&s.path),
+                s.dev,
+                s.ino,
+                s.uid,
+                s.mode & 0o7777
+            ),
+        ),
+        None => row(t, "staging", "none recorded"),
+    }
+    if let Some(h) = &r.handover {
+        row(
+            t,
+            "exec handover",
+            &format!(
+                "environment {}, stdio {}, own session {}, parent-death signal {}, {} inherited child(ren) left alone",
+                if h.env_inherited { "inherited" } else { "minimal" },
+                if h.stdio_inherited { "inherited" } else { "relayed" },
+                h.own_session,
+                h.pdeathsig,
+                h.inherited_total
+            ),
+        );
+    }
+}
+
+/// The receipt's outcome and counts, or that there is none.
+fn receipt_rows(t: &mut String, receipt: Option<&Receipt>) {
+    if let Some(r) = receipt {
+        row(
+            t,
+            "outcome",
+            &format!(
+                "{}{}: quiescent {}, no live or waitable descendants {}, uncertain mappings {}, temp root removed {}, root alive {}",
+                text(&word(&r.outcome)),
+                r.stop_reason.map(|s| format!(" ({})", s.as_str())).unwrap_or_default(),
+                r.quiescent,
+                r.no_live_or_waitable_descendants,
+                r.uncertain_mappings,
+                r.temp_root_removed,
+                r.root_alive
+            ),
+        );
+        let k = &r.counts;
+        row(
+            t,
+            "counts",
+            &format!(
+                "requests {}, refused {}, jobs {}, signals {}, reaped {}",
+                k.requests, k.refused, k.jobs, k.signals, k.reaped
+            ),
+        );
+    } else {
+        row(t, "outcome", "no receipt: the log is not sealed");
     }
 }

@@ -367,7 +367,7 @@ pub fn run(opts: &Options) -> Result<i32, Failure> {
             )
         })
         .map_err(|e| read_failed(&e))?
-        .map_err(Failure::Usage)?;
+        .map_err(|e| Failure::Usage(e.to_string()))?;
     if c.exit_code() == 4 {
         let why: Vec<String> = c.reasons().into_iter().map(|r| r.detail).collect();
         return Err(Failure::Read(format!("{name}: {}", why.join("; "))));

@@ -135,32 +135,7 @@ impl Timeline {
             count: 0,
         };
         match ev {
-            Event::JobSpawned(j) => {
-                let asker = self.askers.asker(j);
-                if self.lanes.len() >= MAX_LANES || self.by_job.contains_key(&j.job) {
-                    self.lanes_left_out += 1;
-                } else {
-                    self.by_job.insert(j.job, self.lanes.len());
-                    self.lanes.push(Lane {
-                        job: j.job,
-                        name: cut(j.name.as_deref().unwrap_or(&j.id), 60),
-                        argv: cut(
-                            &match &j.program {
-                                Some(p) => format!("{} [ran {p}]", j.argv.join(" ")),
-                                None => j.argv.join(" "),
-                            },
-                            ARGV_KEPT,
-                        ),
-                        pid: j.pid,
-                        start_time: j.start_time,
-                        asker,
-                        spawned: at,
-                        exited: None,
-                        marks: Vec::new(),
-                        marks_left_out: 0,
-                    });
-                }
-            }
+            Event::JobSpawned(j) => self.lane(at, j),
             Event::JobExited(j) => {
                 if let Some(&i) = self.by_job.get(&j.job) {
                     self.lanes[i]
@@ -187,20 +162,10 @@ impl Timeline {
                 if t.first {
                     self.stop_at.get_or_insert(at);
                 }
-                let title = format!(
-                    "{}{}: {}",
-                    t.reason.as_str(),
-                    if t.first {
-                        " (the stop begins)"
-                    } else {
-                        " (already stopping)"
-                    },
-                    cut(&t.detail, 200)
-                );
                 self.mark(m(
                     MarkKind::Trigger { first: t.first },
                     t.reason.as_str().into(),
-                    title,
+                    trigger_title(t),
                 ));
             }
             Event::SignalSweep(s) => self.sweep(at, s),
@@ -246,6 +211,34 @@ impl Timeline {
             _ => {}
         }
         self.askers.note(ev);
+    }
+
+    /// A job's lane, opened at its spawn (while there is room for one).
+    fn lane(&mut self, at: u64, j: &crate::kinds::watchdog::JobSpawned) {
+        let asker = self.askers.asker(j);
+        if self.lanes.len() >= MAX_LANES || self.by_job.contains_key(&j.job) {
+            self.lanes_left_out += 1;
+            return;
+        }
+        self.by_job.insert(j.job, self.lanes.len());
+        self.lanes.push(Lane {
+            job: j.job,
+            name: cut(j.name.as_deref().unwrap_or(&j.id), 60),
+            argv: cut(
+                &match &j.program {
+                    Some(p) => format!("{} [ran {p}]", j.argv.join(" ")),
+                    None => j.argv.join(" "),
+                },
+                ARGV_KEPT,
+            ),
+            pid: j.pid,
+            start_time: j.start_time,
+            asker,
+            spawned: at,
+            exited: None,
+            marks: Vec::new(),
+            marks_left_out: 0,
+        });
     }
 
     /// A sweep is one mark however many parts it was written in: its
@@ -337,4 +330,18 @@ impl Timeline {
         }
         out
     }
+}
+
+/// A trigger mark's title: its reason, whether it began the stop, detail.
+fn trigger_title(t: &crate::kinds::watchdog::StopTriggered) -> String {
+    format!(
+        "{}{}: {}",
+        t.reason.as_str(),
+        if t.first {
+            " (the stop begins)"
+        } else {
+            " (already stopping)"
+        },
+        cut(&t.detail, 200)
+    )
 }

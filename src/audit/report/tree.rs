@@ -99,51 +99,14 @@ impl Tree {
             Event::RunStarted(r) => {
                 self.watchdog.get_or_insert(r.watchdog.pid);
             }
-            Event::JobSpawned(j) => {
-                let name = cut(j.name.as_deref().unwrap_or(&j.id), 60);
-                let comm = j
-                    .argv
-                    .first()
-                    .map(|a| cut(a.rsplit('/').next().unwrap_or(a), 40));
-                if let Some(n) = self.node(j.pid, Some(j.start_time)) {
-                    n.job = Some(j.job);
-                    n.ppid = Some(j.ppid);
-                    n.comm = n.comm.take().or(comm);
-                    Self::fact(n, "job", format!("job {} {name}", j.job));
-                }
-            }
+            Event::JobSpawned(j) => self.spawned(j),
             Event::JobExited(j) => {
                 if let Some(n) = self.node(j.pid, Some(j.start_time)) {
                     let stopped = if j.stopped { " during the stop" } else { "" };
                     n.ended = Some(format!("exited: {}{stopped}", j.status));
                 }
             }
-            Event::SignalSweep(s) => {
-                self.sent[s.stage as usize] += s.targets.len() as u64;
-                let sigs: Vec<String> = s.signals.iter().map(|g| g.name()).collect();
-                for t in &s.targets {
-                    if let Some(n) = self.node(t.pid, Some(t.start_time)) {
-                        n.ppid = Some(t.ppid);
-                        n.comm = Some(cut(&t.comm, 40));
-                        let what = format!(
-                            "{} {} (sweep {})",
-                            stage_word(s.stage),
-                            sigs.join("+"),
-                            s.sweep
-                        );
-                        Self::fact(n, stage_class(s.stage), what);
-                        if s.cont.contains(&t.pid) {
-                            Self::fact(n, "cont", "SIGCONT (was stopped)".into());
-                        }
-                    }
-                }
-                for l in &s.others {
-                    if let Some(n) = self.node(l.pid, None) {
-                        n.ppid.get_or_insert(l.ppid);
-                        Self::fact(n, "tag", format!("in sweep {}, not signalled", s.sweep));
-                    }
-                }
-            }
+            Event::SignalSweep(s) => self.swept(s),
             Event::SignalFailed(f) => {
                 if let Some(n) = self.node(f.target.pid, Some(f.target.start_time)) {
                     let what = format!("{} failed: errno {}", f.signal.name(), f.errno);
@@ -197,6 +160,49 @@ impl Tree {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A job's leader: its job number, name and command.
+    fn spawned(&mut self, j: &crate::kinds::watchdog::JobSpawned) {
+        let name = cut(j.name.as_deref().unwrap_or(&j.id), 60);
+        let comm = j
+            .argv
+            .first()
+            .map(|a| cut(a.rsplit('/').next().unwrap_or(a), 40));
+        if let Some(n) = self.node(j.pid, Some(j.start_time)) {
+            n.job = Some(j.job);
+            n.ppid = Some(j.ppid);
+            n.comm = n.comm.take().or(comm);
+            Self::fact(n, "job", format!("job {} {name}", j.job));
+        }
+    }
+
+    /// A sweep: what each target was sent, and the processes it only saw.
+    fn swept(&mut self, s: &crate::kinds::watchdog::SignalSweep) {
+        self.sent[s.stage as usize] += s.targets.len() as u64;
+        let sigs: Vec<String> = s.signals.iter().map(|g| g.name()).collect();
+        for t in &s.targets {
+            if let Some(n) = self.node(t.pid, Some(t.start_time)) {
+                n.ppid = Some(t.ppid);
+                n.comm = Some(cut(&t.comm, 40));
+                let what = format!(
+                    "{} {} (sweep {})",
+                    stage_word(s.stage),
+                    sigs.join("+"),
+                    s.sweep
+                );
+                Self::fact(n, stage_class(s.stage), what);
+                if s.cont.contains(&t.pid) {
+                    Self::fact(n, "cont", "SIGCONT (was stopped)".into());
+                }
+            }
+        }
+        for l in &s.others {
+            if let Some(n) = self.node(l.pid, None) {
+                n.ppid.get_or_insert(l.ppid);
+                Self::fact(n, "tag", format!("in sweep {}, not signalled", s.sweep));
+            }
         }
     }
 

@@ -88,8 +88,40 @@ impl Bounds {
     }
 }
 
-fn parse_contain(s: &str) -> Result<ContainRequest, String> {
-    ContainRequest::parse(s).ok_or_else(|| format!("{s:?} is not one of {}", ContainRequest::NAMES))
+/// Why the command line's words did not make a [`Config`].
+#[derive(Debug)]
+pub enum CliError {
+    /// A word that is none of the names the option takes.
+    NotOneOf { text: String, names: &'static str },
+    /// `--run-id` that is not a token.
+    BadRunId(String),
+    /// `--pass-env` that is not a variable name.
+    BadPassEnv(String),
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CliError::NotOneOf { text, names } => write!(f, "{text:?} is not one of {names}"),
+            CliError::BadRunId(id) => {
+                write!(f, "--run-id {id:?} must match [A-Za-z0-9_.-]{{1,64}}")
+            }
+            CliError::BadPassEnv(name) => write!(f, "--pass-env {name:?} is not a variable name"),
+        }
+    }
+}
+
+impl std::error::Error for CliError {}
+
+fn not_one_of(text: &str, names: &'static str) -> CliError {
+    CliError::NotOneOf {
+        text: text.to_string(),
+        names,
+    }
+}
+
+fn parse_contain(s: &str) -> Result<ContainRequest, CliError> {
+    ContainRequest::parse(s).ok_or_else(|| not_one_of(s, ContainRequest::NAMES))
 }
 
 #[derive(Subcommand)]
@@ -281,16 +313,14 @@ pub struct Ask {
     pub wait: Duration,
 }
 
-pub fn config(mode: Mode, run_id: Option<String>, b: Bounds) -> Result<Config, String> {
+pub fn config(mode: Mode, run_id: Option<String>, b: Bounds) -> Result<Config, CliError> {
     let run_id = run_id.unwrap_or_else(new_run_id);
     if !is_token(&run_id) {
-        return Err(format!(
-            "--run-id {run_id:?} must match [A-Za-z0-9_.-]{{1,64}}"
-        ));
+        return Err(CliError::BadRunId(run_id));
     }
     for name in &b.pass_env {
         if name.is_empty() || name.contains('=') || name.contains('\0') {
-            return Err(format!("--pass-env {name:?} is not a variable name"));
+            return Err(CliError::BadPassEnv(name.clone()));
         }
     }
     Ok(Config {
@@ -311,6 +341,6 @@ pub fn config(mode: Mode, run_id: Option<String>, b: Bounds) -> Result<Config, S
 }
 
 /// `--stop-signal`: TERM, INT, HUP, QUIT, USR1, USR2, ALRM (also SIGTERM, any case).
-fn parse_stop_signal(s: &str) -> Result<StopSignal, String> {
-    StopSignal::parse(s).ok_or_else(|| format!("{s:?} is not one of {}", StopSignal::NAMES))
+fn parse_stop_signal(s: &str) -> Result<StopSignal, CliError> {
+    StopSignal::parse(s).ok_or_else(|| not_one_of(s, StopSignal::NAMES))
 }

@@ -77,14 +77,32 @@ fn main() -> ExitCode {
     ExitCode::from(code.clamp(0, 255) as u8)
 }
 
+/// `exec --notes FILE` could not be opened for appending.
+#[derive(Debug)]
+struct NotesError {
+    path: std::path::PathBuf,
+    error: std::io::Error,
+}
+
+impl std::fmt::Display for NotesError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "--notes {}: {}", self.path.display(), self.error)
+    }
+}
+
+impl std::error::Error for NotesError {}
+
 /// `exec --notes FILE`: rea's own lines go to FILE (appended, created),
 /// so that exec's stderr is the program's alone.
-fn notes_to(path: &std::path::Path) -> Result<(), String> {
+fn notes_to(path: &std::path::Path) -> Result<(), NotesError> {
     let file = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
         .open(path);
-    let f = file.map_err(|e| format!("--notes {}: {e}", path.display()))?;
+    let f = file.map_err(|error| NotesError {
+        path: path.to_path_buf(),
+        error,
+    })?;
     rea::tell::notes_to(f);
     Ok(())
 }
@@ -166,15 +184,7 @@ fn dispatch(cmd: Cmd) -> i32 {
             };
             cfg.audit_log = audit_log.unwrap_or_default();
             cfg.output_cap = output_cap;
-            cfg.handover = Some(Handover {
-                env_inherited: env == "inherit",
-                stdio_inherited: !capture,
-                kept_ignored: Vec::new(), // filled from what the caller ignored, at start
-                own_session: true,
-                pdeathsig: libc::SIGKILL,
-                inherited: Vec::new(), // the children it has at start
-                inherited_total: 0,
-            });
+            cfg.handover = Some(handover(&env, capture));
             modes::exec(cfg, argv, deadline, &contain, json_status.as_deref())
         }
         Cmd::Submit {
@@ -184,73 +194,95 @@ fn dispatch(cmd: Cmd) -> i32 {
             inner_alarm,
             stop_signal,
             capture,
-            mut argv,
-        } => {
-            if let Some(n) = &name {
-                if !is_token(n) {
-                    return die(format!("--name {n:?} must match [A-Za-z0-9_.-]{{1,64}}"));
-                }
-            }
-            match resolve_program(&argv[0]) {
-                Some(p) => argv[0] = p.to_string_lossy().into_owned(),
-                None => {
-                    rea::tell::note(format_args!("{}: command not found", argv[0]));
-                    return EXIT_NOT_FOUND;
-                }
-            }
-            let session = match Session::open(&state_dir) {
-                Ok(s) => s,
-                Err(e) => return die(e),
-            };
-            let job = Submit {
+            argv,
+        } => submit(
+            &state_dir,
+            Submit {
                 argv,
                 deadline,
                 inner_alarm,
                 stop_signal,
                 capture,
                 name,
-            };
-            match session.submit(job) {
-                Ok(replies) => submit_status(&replies),
-                Err(e) => die(e),
-            }
+            },
+        ),
+        Cmd::Stop(Ask { state_dir, wait }) => answer("stop", &state_dir, |s| s.stop(wait), stopped),
+        Cmd::Close(Ask { state_dir, wait }) => {
+            answer("close", &state_dir, |s| s.close(wait), closed)
         }
-        Cmd::Stop(Ask { state_dir, wait }) => answer(
-            "stop",
-            &state_dir,
-            |s| s.stop(wait),
-            |reply| match reply {
-                Reply::StopComplete {
-                    reason, quiescent, ..
-                } => Some((
-                    serde_json::json!({"stopped": true, "reason": reason, "quiescent": quiescent}),
-                    *quiescent,
-                )),
-                _ => None,
-            },
-        ),
-        Cmd::Close(Ask { state_dir, wait }) => answer(
-            "close",
-            &state_dir,
-            |s| s.close(wait),
-            |reply| match reply {
-                Reply::Closed {
-                    outcome,
-                    stop_reason,
-                    positive,
-                    head,
-                    audit_log,
-                    ..
-                } => Some((
-                    serde_json::json!({
-                        "outcome": outcome, "stop_reason": stop_reason, "positive": positive,
-                        "head": head, "audit_log": audit_log,
-                    }),
-                    *positive,
-                )),
-                _ => None,
-            },
-        ),
+    }
+}
+
+/// `exec`'s handover as the command line asks for it; what the caller
+/// ignored and the children it has are filled in at start.
+fn handover(env: &str, capture: bool) -> Handover {
+    Handover {
+        env_inherited: env == "inherit",
+        stdio_inherited: !capture,
+        kept_ignored: Vec::new(), // filled from what the caller ignored, at start
+        own_session: true,
+        pdeathsig: libc::SIGKILL,
+        inherited: Vec::new(), // the children it has at start
+        inherited_total: 0,
+    }
+}
+
+/// `submit`: the name checked and the program resolved here (a missing
+/// command is 127, as a shell says), then one spawn request; its exit.
+fn submit(state_dir: &Path, mut job: Submit) -> i32 {
+    if let Some(n) = &job.name {
+        if !is_token(n) {
+            return die(format!("--name {n:?} must match [A-Za-z0-9_.-]{{1,64}}"));
+        }
+    }
+    match resolve_program(&job.argv[0]) {
+        Some(p) => job.argv[0] = p.to_string_lossy().into_owned(),
+        None => {
+            rea::tell::note(format_args!("{}: command not found", job.argv[0]));
+            return EXIT_NOT_FOUND;
+        }
+    }
+    let session = match Session::open(state_dir) {
+        Ok(s) => s,
+        Err(e) => return die(e),
+    };
+    match session.submit(job) {
+        Ok(replies) => submit_status(&replies),
+        Err(e) => die(e),
+    }
+}
+
+/// `stop`'s line and whether it is good: the stop completed quiescent.
+fn stopped(reply: &Reply) -> Option<(serde_json::Value, bool)> {
+    match reply {
+        Reply::StopComplete {
+            reason, quiescent, ..
+        } => Some((
+            serde_json::json!({"stopped": true, "reason": reason, "quiescent": quiescent}),
+            *quiescent,
+        )),
+        _ => None,
+    }
+}
+
+/// `close`'s line and whether it is good: the receipt is positive.
+fn closed(reply: &Reply) -> Option<(serde_json::Value, bool)> {
+    match reply {
+        Reply::Closed {
+            outcome,
+            stop_reason,
+            positive,
+            head,
+            audit_log,
+            ..
+        } => Some((
+            serde_json::json!({
+                "outcome": outcome, "stop_reason": stop_reason, "positive": positive,
+                "head": head, "audit_log": audit_log,
+            }),
+            *positive,
+        )),
+        _ => None,
     }
 }
 
