@@ -69,25 +69,6 @@ impl fmt::Display for JsonError {
 
 impl std::error::Error for JsonError {}
 
-/// An error of a plain `serde_json::from_str`, its kind read from its
-/// message: only for a parse that did not go through [`from_str`] (the
-/// watchdog log's kinds, `kinds/watchdog.rs`, until they do). Tells the
-/// three kinds a reader distinguishes; every other data error is
-/// [`ErrorKind::Custom`].
-pub fn by_message(error: serde_json::Error) -> JsonError {
-    let msg = error.to_string();
-    let kind = match error.classify() {
-        serde_json::error::Category::Syntax => ErrorKind::Syntax,
-        serde_json::error::Category::Eof => ErrorKind::Eof,
-        serde_json::error::Category::Io => ErrorKind::Io,
-        _ if msg.starts_with("unknown field") => ErrorKind::UnknownField,
-        _ if msg.starts_with("duplicate field") => ErrorKind::DuplicateField,
-        _ if msg.contains("floating point") => ErrorKind::Float,
-        _ => ErrorKind::Custom,
-    };
-    JsonError { kind, error }
-}
-
 /// `serde_json::from_str`, the error classified by kind.
 pub fn from_str<'de, T: de::Deserialize<'de>>(text: &'de str) -> Result<T, JsonError> {
     let (value, kind) = parse::<T>(text, false);

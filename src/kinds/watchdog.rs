@@ -554,9 +554,9 @@ macro_rules! events {
                 EventData(self)
             }
 
-            fn parse_data(kind: &str, data: &str) -> Option<serde_json::Result<Event>> {
+            fn parse_data(kind: &str, data: &str) -> Option<Result<Event, crate::json_error::JsonError>> {
                 match kind {
-                    $($name => Some(serde_json::from_str::<$ty>(data).map(Event::$variant)),)*
+                    $($name => Some(crate::json_error::from_str::<$ty>(data).map(Event::$variant)),)*
                     _ => None,
                 }
             }

@@ -35,15 +35,7 @@ pub trait Kind: Sized {
     fn data(&self) -> impl serde::Serialize + '_;
 
     /// The typed `data` of a record of `kind`; `None` for a kind this log
-    /// does not have.
-    fn parse_data(kind: &str, data: &str) -> Option<serde_json::Result<Self>>;
-
-    /// [`Kind::parse_data`] with the error's kind, which the reader maps to
-    /// its [`Fault`]: parsed with [`crate::json_error::from_str`], every
-    /// rule a typed kind. The default, for a kind that parses with
-    /// `serde_json::from_str` alone, can only tell the kind by the
-    /// message ([`crate::json_error::by_message`]).
-    fn parse_kinded(kind: &str, data: &str) -> Option<Result<Self, crate::json_error::JsonError>> {
-        Self::parse_data(kind, data).map(|r| r.map_err(crate::json_error::by_message))
-    }
+    /// does not have. Parsed with [`crate::json_error::from_str`], so that
+    /// the reader maps each error to its [`Fault`] by kind, never by text.
+    fn parse_data(kind: &str, data: &str) -> Option<Result<Self, crate::json_error::JsonError>>;
 }

@@ -134,7 +134,7 @@ pub fn parse_line<K: Kind>(line: &[u8]) -> Result<Record<'_, K>, LineError> {
             ),
         ));
     }
-    let event = match K::parse_kinded(&wire.kind, wire.data.get()) {
+    let event = match K::parse_data(&wire.kind, wire.data.get()) {
         None => {
             return Err(err(
                 Fault::UnknownKind,

@@ -20,11 +20,7 @@ impl crate::log::Kind for RecoveryEvent {
         self
     }
 
-    fn parse_data(kind: &str, data: &str) -> Option<serde_json::Result<RecoveryEvent>> {
-        RecoveryEvent::parse(kind, data).map(|r| r.map_err(|e| e.error))
-    }
-
-    fn parse_kinded(kind: &str, data: &str) -> Option<Result<RecoveryEvent, JsonError>> {
+    fn parse_data(kind: &str, data: &str) -> Option<Result<RecoveryEvent, JsonError>> {
         RecoveryEvent::parse(kind, data)
     }
 }

@@ -157,11 +157,7 @@ impl crate::log::Kind for StageEvent {
         self
     }
 
-    fn parse_data(kind: &str, data: &str) -> Option<serde_json::Result<StageEvent>> {
-        StageEvent::parse(kind, data).map(|r| r.map_err(|e| e.error))
-    }
-
-    fn parse_kinded(kind: &str, data: &str) -> Option<Result<StageEvent, JsonError>> {
+    fn parse_data(kind: &str, data: &str) -> Option<Result<StageEvent, JsonError>> {
         StageEvent::parse(kind, data)
     }
 }
