@@ -44,7 +44,6 @@ FN_CEILINGS = {
     "audit/verify.rs:judge": 147,
     "bin/rea-audit.rs:main": 175,
     "bin/rea-watchdog/main.rs:dispatch": 157,
-    "holders/scan.rs:of_tree": 150,
     "protocol.rs:parse_request": 119,
     "recover/act.rs:act": 132,
     "recover/mod.rs:recover": 102,

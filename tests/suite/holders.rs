@@ -158,7 +158,7 @@ impl Drop for Looped {
 
 /// A watchdog run over a stage with a subdirectory and a 1 MiB image,
 /// closed: a sealed log that is `delete_allowed` for the stage as it is.
-fn sealed_run() -> Watchdog {
+pub(crate) fn sealed_run() -> Watchdog {
     let scratch = Scratch::new();
     let mut w = Watchdog::start_with(scratch, None, &[], |_| {});
     std::fs::create_dir(w.staging.join("sub")).unwrap();
@@ -175,7 +175,7 @@ fn sealed_run() -> Watchdog {
 
 /// `verify --staging` → (exit code, verdict), with the verdict's holder
 /// scan validated against the schema.
-fn verify_stage(w: &Watchdog) -> (i32, Value) {
+pub(crate) fn verify_stage(w: &Watchdog) -> (i32, Value) {
     let (code, v) = w.verify(&["--staging", s(&w.staging)]);
     assert_valid(
         holders_validator(),
