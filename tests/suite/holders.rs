@@ -158,7 +158,7 @@ impl Drop for Looped {
 
 /// A watchdog run over a stage with a subdirectory and a 1 MiB image,
 /// closed: a sealed log that is `delete_allowed` for the stage as it is.
-pub(crate) fn sealed_run() -> Watchdog {
+fn sealed_run() -> Watchdog {
     let scratch = Scratch::new();
     let mut w = Watchdog::start_with(scratch, None, &[], |_| {});
     std::fs::create_dir(w.staging.join("sub")).unwrap();

@@ -20,7 +20,7 @@ use common::harness::*;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-use crate::holders::{sealed_run, verify_stage};
+use crate::holders::verify_stage;
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -120,26 +120,53 @@ fn socket_holds(scan: &Value, pid: i32) -> Vec<Value> {
         .collect()
 }
 
-/// The stage's socket file removed (as a daemon does at exit) once its
-/// process is gone: the stage is as the run left it, `delete_allowed`.
-fn assert_allowed_without(w: &Watchdog, sock: &Path) {
-    std::fs::remove_file(sock).unwrap();
+/// A watchdog run, closed, whose stage got what `plant` puts there while
+/// the (empty) action ran: the sockets are part of the stage the receipt
+/// inventories, so only their holders can make it `retain`.
+fn sealed_with<T>(plant: impl FnOnce(&Watchdog) -> T) -> (Watchdog, T) {
+    let mut w = Watchdog::start_with(Scratch::new(), None, &[], |_| {});
+    let planted = plant(&w);
+    let close = w.close();
+    assert!(close.status.success(), "{close:?}");
+    assert!(w.wait(PATIENCE).success());
+    (w, planted)
+}
+
+/// The holders the watchdog's own scan at close named (pids).
+fn named_at_close(w: &Watchdog) -> Vec<i64> {
+    let recs = w.records();
+    let scanned = &of_kind(&recs, "holders_scanned")[0]["data"]["scanned"];
+    scanned["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|h| h["pid"].as_i64())
+        .collect()
+}
+
+/// Once the sockets' processes are gone, the stage as the run left it
+/// (socket files and all) is `delete_allowed`.
+fn assert_allowed(w: &Watchdog) {
     let (code, v) = verify_stage(w);
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(v["verdict"], "delete_allowed", "{v:#}");
 }
 
-/// (a) A listener outside the action on `STAGE/live.sock`, with a
-/// connection it accepted: `rea-audit holders` says held and names it
-/// (the socket path in the stage, listening and connected), `verify
-/// --staging` retains with `stage_held` naming it; ended, the stage is
-/// `delete_allowed`.
+/// (a) A listener outside the action on `STAGE/live.sock` (bound while
+/// the run went on), with a connection it accepted: the watchdog's scan at
+/// close names it, `rea-audit holders` says held and names it (the socket
+/// path in the stage, listening and connected), `verify --staging`
+/// retains with `stage_held` naming it; ended, the same stage (its socket
+/// file still there) is `delete_allowed`.
 #[test]
 fn a_listener_on_a_socket_in_the_stage_holds_it_until_it_ends() {
     require_pid_ns!("socket holders");
-    let w = sealed_run();
+    let (w, l) = sealed_with(|w| {
+        let sock = w.staging.join("live.sock");
+        Listener::start(&w.scratch, "oracle", &["--connect"], &sock)
+    });
     let sock = w.staging.join("live.sock");
-    let l = Listener::start(&w.scratch, "oracle", &["--connect"], &sock);
+    assert!(named_at_close(&w).contains(&i64::from(l.pid())));
     let (code, text) = holders(&w.staging, false);
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("HELD"), "{text}");
@@ -169,6 +196,7 @@ fn a_listener_on_a_socket_in_the_stage_holds_it_until_it_ends() {
     let (code, v) = verify_stage(&w);
     assert_eq!(code, 1, "{v:#}");
     assert_eq!(v["verdict"], "retain", "{v:#}");
+    assert_eq!(reason_codes(&v), ["stage_held"], "{v:#}");
     let held = v["reasons"]
         .as_array()
         .unwrap()
@@ -184,7 +212,8 @@ fn a_listener_on_a_socket_in_the_stage_holds_it_until_it_ends() {
     l.end();
     let (code, text) = holders(&w.staging, false);
     assert_eq!(code, 0, "the listener is gone: {text}");
-    assert_allowed_without(&w, &sock);
+    assert!(sock.exists(), "its socket file stays");
+    assert_allowed(&w);
 }
 
 /// (b) The stage reached through a bind mount at another path, in a mount
@@ -197,44 +226,43 @@ fn a_listener_on_a_socket_in_the_stage_holds_it_until_it_ends() {
 fn a_socket_bound_from_another_mount_namespace_is_found_by_dev_and_inode() {
     require_pid_ns!("socket holders (mount namespaces)");
     let _ns = common::mounts::new_namespace();
-    let w = sealed_run();
-    let parent = w.staging.parent().unwrap().to_path_buf();
-    let name = w.staging.file_name().unwrap().to_str().unwrap().to_string();
-    let elsewhere: PathBuf = w.scratch.path("elsewhere");
-    std::fs::create_dir(&elsewhere).unwrap();
-    let bound_as = elsewhere.join(&name).join("live.sock");
-    let script = "mount --bind \"$1\" \"$2\" && exec \"$3\" \"$4\" --oracle \"$5\" \"$6\"";
-    let mut o = Oracle::new(&w.scratch, "oracle");
-    let child = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
-        .arg(script)
-        .arg("sh")
-        .arg(&parent)
-        .arg(&elsewhere)
-        .arg(python())
-        .arg(fixture("sock_listener.py"))
-        .arg(o.arg())
-        .arg(&bound_as)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start the listener in its own mount namespace");
-    let (members, ready) = o.wait_ready(PATIENCE);
-    let mut held = Held::default();
-    held.add_pid("listener", members[0].pid);
-    let l = Listener {
-        child,
-        held,
-        ready: serde_json::json!({ "pid": members[0].pid, "as": ready }),
-    };
+    let (w, (l, bound_as)) = sealed_with(|w| {
+        let parent = w.staging.parent().unwrap().to_path_buf();
+        let name = w.staging.file_name().unwrap().to_owned();
+        let elsewhere: PathBuf = w.scratch.path("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let bound_as = elsewhere.join(name).join("live.sock");
+        let script = "mount --bind \"$1\" \"$2\" && exec \"$3\" \"$4\" --oracle \"$5\" \"$6\"";
+        let mut o = Oracle::new(&w.scratch, "oracle");
+        let child = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg(script)
+            .arg("sh")
+            .arg(&parent)
+            .arg(&elsewhere)
+            .arg(python())
+            .arg(fixture("sock_listener.py"))
+            .arg(o.arg())
+            .arg(&bound_as)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start the listener in its own mount namespace");
+        let (members, ready) = o.wait_ready(PATIENCE);
+        let mut held = Held::default();
+        held.add_pid("listener", members[0].pid);
+        let ready = serde_json::json!({ "pid": members[0].pid, "as": ready });
+        (Listener { child, held, ready }, bound_as)
+    });
     assert!(
         std::fs::symlink_metadata(&bound_as).is_err(),
         "{} must not exist in this mount namespace",
         bound_as.display()
     );
     let sock = w.staging.join("live.sock");
+    assert!(named_at_close(&w).contains(&i64::from(l.pid())));
     let (code, v) = verify_stage(&w);
     assert_eq!(code, 1, "{v:#}");
-    assert!(reason_codes(&v).contains(&"stage_held".to_string()), "{v:#}");
+    assert_eq!(reason_codes(&v), ["stage_held"], "{v:#}");
     assert_eq!(v["holders"]["mounts_total"], 0, "{v:#}");
     assert_eq!(v["holders"]["holders_total"], 1, "{v:#}");
     let holds = socket_holds(&v["holders"], l.pid());
@@ -250,20 +278,23 @@ fn a_socket_bound_from_another_mount_namespace_is_found_by_dev_and_inode() {
     );
     l.assert_alive();
     l.end();
-    assert_allowed_without(&w, &sock);
+    assert_allowed(&w);
 }
 
 /// (c) A socket file whose process is gone holds nothing, beside a live
 /// one that does: only the live one is named, and the dead one is not
-/// named as unreadable either; with the live one gone, not held.
+/// named as unreadable either; with the live one gone, not held, and the
+/// stage with both socket files `delete_allowed`.
 #[test]
 fn a_socket_file_with_no_socket_behind_it_is_not_a_holder() {
     require_pid_ns!("socket holders");
-    let w = sealed_run();
-    let dead = w.staging.join("dead.sock");
-    Listener::start(&w.scratch, "oracle-dead", &["--exit"], &dead).exited();
+    let (w, l) = sealed_with(|w| {
+        let dead = w.staging.join("dead.sock");
+        Listener::start(&w.scratch, "oracle-dead", &["--exit"], &dead).exited();
+        Listener::start(&w.scratch, "oracle", &[], &w.staging.join("live.sock"))
+    });
     let sock = w.staging.join("live.sock");
-    let l = Listener::start(&w.scratch, "oracle", &[], &sock);
+    assert_eq!(named_at_close(&w), [i64::from(l.pid())]);
     let (code, json) = holders(&w.staging, true);
     assert_eq!(code, 1, "{json}");
     let scan: Value = serde_json::from_str(&json).unwrap();
@@ -277,9 +308,6 @@ fn a_socket_file_with_no_socket_behind_it_is_not_a_holder() {
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("not held"), "{text}");
     assert!(!text.contains("dead.sock"), "{text}");
-    let (_, v) = verify_stage(&w);
-    assert_eq!(v["holders"]["holders_total"], 0, "{v:#}");
-    assert!(!reason_codes(&v).contains(&"stage_held".to_string()), "{v:#}");
-    std::fs::remove_file(&dead).unwrap();
-    assert_allowed_without(&w, &sock);
+    assert!(w.staging.join("dead.sock").exists() && sock.exists());
+    assert_allowed(&w);
 }
