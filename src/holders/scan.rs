@@ -19,8 +19,8 @@ use nix::dir::Dir;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 
-use super::tree::Tree;
 use super::sockets::{self, Live};
+use super::tree::Tree;
 use super::{loops, mounts, procs, statx, HolderScan, Unreadable, MAX_HOLDERS, MAX_OTHERS};
 
 /// Processes kept per other mount namespace, to read its mounts through
@@ -151,7 +151,14 @@ fn of_tree(tree: Tree, t0: Instant) -> io::Result<HolderScan> {
     if own.is_ok() {
         if let Some(why) = mounts::proc_hides(&mountinfo, proc.proc_mnt) {
             let what = "/proc".to_string();
-            unreadable(&mut out, Unreadable { pid: 0, what, error: why });
+            unreadable(
+                &mut out,
+                Unreadable {
+                    pid: 0,
+                    what,
+                    error: why,
+                },
+            );
         }
     }
     loop_devices(&tree, &mut out);
@@ -165,7 +172,14 @@ fn of_tree(tree: Tree, t0: Instant) -> io::Result<HolderScan> {
 fn bound_sockets(tree: &Tree, mountinfo: &[u8], out: &mut HolderScan) -> Live {
     sockets::live_in(tree, mountinfo).unwrap_or_else(|e| {
         let what = "unix sockets (sock_diag)".to_string();
-        unreadable(out, Unreadable { pid: 0, what, error: e.to_string() });
+        unreadable(
+            out,
+            Unreadable {
+                pid: 0,
+                what,
+                error: e.to_string(),
+            },
+        );
         Live::default()
     })
 }
@@ -236,7 +250,14 @@ fn namespace_mounts(
                 Err(e) => {
                     let what = "mountinfo".to_string();
                     let error = e.to_string();
-                    unreadable(out, Unreadable { pid: *pid, what, error });
+                    unreadable(
+                        out,
+                        Unreadable {
+                            pid: *pid,
+                            what,
+                            error,
+                        },
+                    );
                     break;
                 }
             }
@@ -283,7 +304,10 @@ fn unseen_sockets(
             error: format!(
                 "live ({} {}, socket inode {}, bound as {}) but no process seen holding it: \
                  one in a PID namespace this /proc does not show, or in flight",
-                b.kind.as_str(), b.state.as_str(), b.ino, b.name
+                b.kind.as_str(),
+                b.state.as_str(),
+                b.ino,
+                b.name
             ),
         };
         unreadable(out, u);

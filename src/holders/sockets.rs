@@ -253,10 +253,15 @@ fn dump(files: &HashMap<(u64, u32), &SocketFile>) -> io::Result<(Live, bool)> {
             match kind {
                 NLMSG_DONE => return Ok((live, consistent)),
                 NLMSG_ERROR => {
-                    let errno = (len >= NLMSG_HDR + 4)
-                        .then(|| i32::from_ne_bytes(bytes4(&buf, at + NLMSG_HDR)))
-                        .unwrap_or(0);
-                    return Err(io::Error::from_raw_os_error(errno.saturating_neg()));
+                    let errno = if len >= NLMSG_HDR + 4 {
+                        i32::from_ne_bytes(bytes4(&buf, at + NLMSG_HDR)).saturating_neg()
+                    } else {
+                        0
+                    };
+                    if errno <= 0 {
+                        return Err(io::Error::other("sock_diag: an error without errno"));
+                    }
+                    return Err(io::Error::from_raw_os_error(errno));
                 }
                 _ => one(&buf[at + NLMSG_HDR..at + len], files, &mut live)?,
             }
@@ -323,11 +328,7 @@ fn request() -> Vec<u8> {
 
 /// One `unix_diag_msg` and its attributes: kept when its file is one of
 /// `files`.
-fn one(
-    msg: &[u8],
-    files: &HashMap<(u64, u32), &SocketFile>,
-    live: &mut Live,
-) -> io::Result<()> {
+fn one(msg: &[u8], files: &HashMap<(u64, u32), &SocketFile>, live: &mut Live) -> io::Result<()> {
     if msg.len() < UDIAG_MSG {
         return Ok(());
     }

@@ -174,14 +174,21 @@ fn a_listener_on_a_socket_in_the_stage_holds_it_until_it_ends() {
     assert!(text.contains(&format!("pid {} ", l.pid())), "{text}");
     assert!(text.contains(&named), "{text}");
     assert!(
-        text.contains(&format!("unix socket {} (stream, connected;", sock.display())),
+        text.contains(&format!(
+            "unix socket {} (stream, connected;",
+            sock.display()
+        )),
         "the accepted connection shares the listener's file: {text}"
     );
     let (code, json) = holders(&w.staging, true);
     assert_eq!(code, 1, "{json}");
     let scan: Value = serde_json::from_str(&json).unwrap();
     let holds = socket_holds(&scan, l.pid());
-    assert_eq!(holds.len(), 2, "the listener and the accepted one: {scan:#}");
+    assert_eq!(
+        holds.len(),
+        2,
+        "the listener and the accepted one: {scan:#}"
+    );
     for h in &holds {
         assert_eq!(h["what"], s(&sock), "{h:#}");
         assert_eq!(h["socket"]["bound_as"], s(&sock), "{h:#}");
@@ -191,7 +198,10 @@ fn a_listener_on_a_socket_in_the_stage_holds_it_until_it_ends() {
         .iter()
         .map(|h| h["socket"]["state"].as_str().unwrap())
         .collect();
-    assert!(states.contains(&"listening") && states.contains(&"connected"), "{states:?}");
+    assert!(
+        states.contains(&"listening") && states.contains(&"connected"),
+        "{states:?}"
+    );
 
     let (code, v) = verify_stage(&w);
     assert_eq!(code, 1, "{v:#}");
