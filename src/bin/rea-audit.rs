@@ -90,9 +90,13 @@ Read-only: the scan never signals, writes, or opens a file of the tree but
 to walk it. It walks each DIR once by descriptor (no symlink followed, no
 other filesystem entered) into the set of its (device, inode), then looks
 at every process in /proc: its open fds (O_PATH too), cwd, root, exe and
-file mappings; the mounts of every mount namespace a process is in (on a
-tree entry, or a bind mount of one); and every bound loop device (backing
-file). A file unlinked from the tree while held counts when its last
+file mappings, and its unix sockets bound to a socket file of the tree
+(found in the kernel's socket table, sock_diag, by the file's device and
+inode, whatever mount namespace bound it: named with the socket's path in
+the tree, listening or connected); the mounts of every mount namespace a
+process is in (on a tree entry, or a bind mount of one); and every bound
+loop device (backing file). A socket file with no live socket behind it
+holds nothing. A file unlinked from the tree while held counts when its last
 directory is a tree directory. A process that cannot be read (another
 user's, without root; one in an outer user namespace) is named as not
 readable: the answer does not cover it. Processes in PID namespaces this

@@ -18,7 +18,10 @@
 //! program whose executable was deleted) has no entry left to match: it is
 //! matched when its inode has no links, is on a stage device, and the
 //! directory the kernel names as its last one is a stage directory by
-//! `(dev, ino)`.
+//! `(dev, ino)`. A unix socket bound to a socket file of the tree holds it
+//! through the processes holding the socket ([`sockets`]: the kernel's
+//! socket table gives each socket's bound file by `(dev, ino)`, a process's
+//! fd gives the socket's own inode).
 //!
 //! A process the scan cannot read is named as unreadable, never skipped
 //! silently; a process that exits during the scan holds nothing. The scan only reads:
@@ -29,6 +32,7 @@ pub mod loops;
 pub mod mounts;
 pub mod procs;
 pub mod scan;
+pub mod sockets;
 pub mod statx;
 pub mod text;
 pub mod tree;
@@ -71,6 +75,9 @@ pub enum How {
     Exe,
     /// A file mapped into its memory (`/proc/PID/maps`).
     Mapping,
+    /// An fd of a unix socket bound to a socket file of the tree (`what`
+    /// is that file, `socket` the socket).
+    Socket,
 }
 
 impl How {
@@ -81,6 +88,7 @@ impl How {
             How::Root => "root",
             How::Exe => "exe",
             How::Mapping => "mapping",
+            How::Socket => "unix socket",
         }
     }
 }
@@ -124,6 +132,23 @@ pub struct Hold {
     /// The entry was unlinked from the stage while held.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
+    /// For [`How::Socket`] (only): the socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<SocketHold>,
+}
+
+/// A live unix socket bound to a socket file of the tree, held through an
+/// fd (matched by the file's `(dev, ino)`, never by its name).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SocketHold {
+    /// The socket's own inode (`socket:[INO]` in `/proc/PID/fd`).
+    pub ino: u64,
+    pub kind: sockets::SockKind,
+    pub state: sockets::SockState,
+    /// The path its binder gave (escaped), in the binder's mount
+    /// namespace: for people, it may name another path than the tree's.
+    pub bound_as: String,
 }
 
 /// A process that holds part of the tree.

@@ -5,7 +5,9 @@
 //! descriptor, so a pid reused mid-look reads as gone (`ESRCH`/`ENOENT`),
 //! never as another process. Each fd is `statx`ed once through its magic
 //! link (the inode it refers to, whichever namespace opened it); its
-//! `fdinfo` and link text are read only when it matches.
+//! `fdinfo` and link text are read only when it matches. A socket fd
+//! matches when it is one of the live sockets bound in the tree
+//! ([`super::sockets::Live`]), by the socket's inode.
 
 use std::ffi::{CStr, CString, OsStr};
 use std::io::{self, Read};
@@ -18,9 +20,10 @@ use nix::dir::Dir;
 use nix::fcntl::{openat, readlinkat, OFlag};
 use nix::sys::stat::Mode;
 
+use super::sockets::{Bound, Live};
 use super::statx::{self, Stat};
 use super::tree::Tree;
-use super::{bounded, Access, Hold, Holder, How, Unreadable, MAX_HOLDS};
+use super::{bounded, Access, Hold, Holder, How, SocketHold, Unreadable, MAX_HOLDS};
 
 const O_PATH_BIT: u64 = 0o10000000;
 
@@ -39,6 +42,8 @@ pub struct Looked {
     pub mnt_ns: Option<u64>,
     /// The roots it holds (each once), named holds or not.
     pub roots: Vec<u32>,
+    /// The inodes of the live sockets bound in the tree it holds.
+    pub sockets: Vec<u64>,
 }
 
 /// Gone: the process exited (or was reaped) while it was looked at.
@@ -47,6 +52,7 @@ struct Holds {
     named: Vec<Hold>,
     total: u64,
     roots: Vec<u32>,
+    sockets: Vec<u64>,
 }
 
 impl Holds {
@@ -123,7 +129,14 @@ fn access_of(fdinfo: &[u8]) -> Option<Access> {
 
 /// Looks at process `pid` (a name under `/proc`, opened through `proc`);
 /// `scratch` is a buffer reused from one process to the next.
-pub fn look(proc: BorrowedFd<'_>, pid: i32, tree: &Tree, scratch: &mut Vec<u8>) -> Looked {
+/// `live` are the sockets bound in the tree.
+pub fn look(
+    proc: BorrowedFd<'_>,
+    pid: i32,
+    tree: &Tree,
+    live: &Live,
+    scratch: &mut Vec<u8>,
+) -> Looked {
     let Ok(name) = CString::new(pid.to_string()) else {
         return Looked::default();
     };
@@ -148,6 +161,7 @@ pub fn look(proc: BorrowedFd<'_>, pid: i32, tree: &Tree, scratch: &mut Vec<u8>) 
         named: Vec::new(),
         total: 0,
         roots: Vec::new(),
+        sockets: Vec::new(),
     };
     let mut unreadable: Option<Unreadable> = None;
     let mut mnt_ns = None;
@@ -171,6 +185,7 @@ pub fn look(proc: BorrowedFd<'_>, pid: i32, tree: &Tree, scratch: &mut Vec<u8>) 
                         access: None,
                         what: bounded(&link_of(v, part).unwrap_or_default()),
                         deleted,
+                        socket: None,
                     });
                 }
             }
@@ -179,7 +194,7 @@ pub fn look(proc: BorrowedFd<'_>, pid: i32, tree: &Tree, scratch: &mut Vec<u8>) 
             Err(e) => unread(part.to_str().unwrap_or(""), &e),
         }
     }
-    match fds(v, tree, &mut holds) {
+    match fds(v, tree, live, &mut holds) {
         Ok(None) => {}
         Ok(Some((n, e))) => unread(&format!("fd {n}"), &e),
         Err(e) if is_gone(&e) => {}
@@ -196,11 +211,13 @@ pub fn look(proc: BorrowedFd<'_>, pid: i32, tree: &Tree, scratch: &mut Vec<u8>) 
         Err(e) => unread("ns/mnt", &e),
     }
     let roots = holds.roots.clone();
+    let sockets = holds.sockets.clone();
     Looked {
         holder: (holds.total > 0).then(|| who(pd, pid, holds)),
         unreadable,
         mnt_ns,
         roots,
+        sockets,
     }
 }
 
@@ -234,7 +251,12 @@ fn live_thread(pd: BorrowedFd<'_>, pid: i32) -> Option<OwnedFd> {
 /// Every open descriptor of the process, `statx`ed through its link.
 /// `Ok(Some(..))`: one could not be looked at (the first such, named); the
 /// others were.
-fn fds(pd: BorrowedFd<'_>, tree: &Tree, holds: &mut Holds) -> io::Result<Option<(i32, io::Error)>> {
+fn fds(
+    pd: BorrowedFd<'_>,
+    tree: &Tree,
+    live: &Live,
+    holds: &mut Holds,
+) -> io::Result<Option<(i32, io::Error)>> {
     let mut failed = None;
     let mut dir = Dir::openat(pd, c"fd", dir_flags(), Mode::empty())?;
     let raw = dir.as_raw_fd();
@@ -261,6 +283,13 @@ fn fds(pd: BorrowedFd<'_>, tree: &Tree, holds: &mut Holds) -> io::Result<Option<
                 continue;
             }
         };
+        if let Some(b) = live.socket(&st) {
+            holds.push(socket_hold(n, b));
+            if !holds.sockets.contains(&b.ino) {
+                holds.sockets.push(b.ino);
+            }
+            continue;
+        }
         let Some((root, deleted)) = matches(&st, || link_of(fdd, name), tree) else {
             continue;
         };
@@ -275,9 +304,28 @@ fn fds(pd: BorrowedFd<'_>, tree: &Tree, holds: &mut Holds) -> io::Result<Option<
             access,
             what: bounded(&link_of(fdd, name).unwrap_or_default()),
             deleted,
+            socket: None,
         });
     }
     Ok(failed)
+}
+
+/// Fd `n`, the socket `b`: held through the socket file it is bound to.
+fn socket_hold(n: i32, b: &Bound) -> Hold {
+    Hold {
+        root: b.file.root,
+        how: How::Socket,
+        fd: Some(n),
+        access: None,
+        what: b.file.path.clone(),
+        deleted: false,
+        socket: Some(SocketHold {
+            ino: b.ino,
+            kind: b.kind,
+            state: b.state,
+            bound_as: b.name.clone(),
+        }),
+    }
 }
 
 /// `/proc/PID/maps`: `addr perms offset MAJ:MIN inode path`, one hold per
@@ -314,6 +362,7 @@ fn mappings(maps: &[u8], tree: &Tree, holds: &mut Holds) {
             access: None,
             what: bounded(path),
             deleted,
+            socket: None,
         });
     }
 }

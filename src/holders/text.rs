@@ -1,9 +1,12 @@
 //! A scan's results in words: one line per holder, mount, loop device and
 //! unreadable process (every string already escaped by the scan).
 
-use super::{Hold, Holder, HolderScan, LoopHold, MountHold, MountHow, Unreadable};
+use super::{Hold, Holder, HolderScan, LoopHold, MountHold, MountHow, SocketHold, Unreadable};
 
 fn hold(h: &Hold) -> String {
+    if let Some(sock) = &h.socket {
+        return socket(h, sock);
+    }
     let mut s = match (h.fd, h.access) {
         (Some(fd), Some(a)) => format!("fd {fd} ({}) {}", a.as_str(), h.what),
         (Some(fd), None) => format!("fd {fd} {}", h.what),
@@ -13,6 +16,25 @@ fn hold(h: &Hold) -> String {
         s.push_str(" (deleted)");
     }
     s
+}
+
+/// `unix socket /stage/live.sock (stream, listening; fd 3, socket inode
+/// 81, bound as /elsewhere/live.sock)`: the name the binder gave only when
+/// it is not the tree's path.
+fn socket(h: &Hold, sock: &SocketHold) -> String {
+    let fd = h.fd.map(|n| format!("fd {n}, ")).unwrap_or_default();
+    let bound_as = if sock.bound_as == h.what {
+        String::new()
+    } else {
+        format!(", bound as {}", sock.bound_as)
+    };
+    format!(
+        "unix socket {} ({}, {}; {fd}socket inode {}{bound_as})",
+        h.what,
+        sock.kind.as_str(),
+        sock.state.as_str(),
+        sock.ino
+    )
 }
 
 /// `pid 42 (comm, uid 0, exe /x): fd 3 (read) /stage/f, cwd /stage`.
@@ -111,7 +133,10 @@ pub fn human(s: &HolderScan) -> String {
             s.holders_total, s.mounts_total, s.loops_total
         ));
     } else {
-        out.push_str("not held: no process, mount or loop device holds it\n");
+        out.push_str(
+            "not held: no process (fd, cwd, root, exe, mapping or unix socket bound in it), \
+             mount or loop device holds it\n",
+        );
     }
     for l in findings(s) {
         out.push_str("  ");

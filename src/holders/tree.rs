@@ -3,7 +3,9 @@
 //! Walked once by descriptor (`openat` with `O_NOFOLLOW`, `statx` without
 //! following): no symlink is followed and no other filesystem is entered.
 //! A mount point met in the tree is an entry (what is mounted there is
-//! reached through the stage) but is not walked into.
+//! reached through the stage) but is not walked into. Its socket files are
+//! kept apart with their paths: a unix socket bound to one of them is
+//! looked for by [`super::sockets`].
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
@@ -23,6 +25,10 @@ const MAX_DEPTH: usize = 256;
 /// Entries held in memory at most (about 50 bytes each, plus, while one
 /// directory is walked, the names of its subdirectories).
 pub const MAX_ENTRIES: usize = 4_000_000;
+/// Socket files kept at most (each with its path, at most about 260
+/// bytes): more is an error, so the scan says it could not run rather
+/// than miss a bound socket.
+pub const MAX_SOCKET_FILES: usize = 65_536;
 
 fn dir_flags() -> OFlag {
     OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
@@ -42,8 +48,22 @@ pub struct Tree {
     pub roots: Vec<ScanRoot>,
     /// Each root's mount (`STATX_MNT_ID`; 0 where unknown), in `roots` order.
     pub root_mounts: Vec<u64>,
+    /// The socket files among them, in walk order.
+    pub sockets: Vec<SocketFile>,
     /// The root being walked.
     root: u32,
+}
+
+/// A socket file of the tree: where a unix socket may be bound.
+#[derive(Clone, Debug)]
+pub struct SocketFile {
+    /// The index in `roots` of its tree.
+    pub root: u32,
+    /// Its `st_dev`, inode and mount (`STATX_MNT_ID`, 0 where unknown).
+    pub stat: Stat,
+    /// Its path, the root's (as given) joined with the walk's names
+    /// (escaped for people, cut at [`super::MAX_TEXT`] bytes).
+    pub path: String,
 }
 
 impl Tree {
@@ -81,10 +101,11 @@ impl Tree {
         self.root = self.roots.len() as u32;
         self.add(&st);
         self.devs.insert(st.dev);
-        self.walk(fd, st.dev, 0)?;
+        let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let mut at = abs.as_os_str().as_encoded_bytes().to_vec();
+        self.walk(fd, st.dev, 0, &mut at)?;
         self.root_mounts
             .push(if st.mount_root { st.mnt_id } else { 0 });
-        let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
         self.roots.push(ScanRoot {
             path: super::bounded(abs.as_os_str().as_encoded_bytes()),
             dev: st.dev,
@@ -115,6 +136,23 @@ impl Tree {
         self.root_of(st.key())
     }
 
+    fn socket(&mut self, st: &Stat, dir: &[u8], name: &[u8]) -> io::Result<()> {
+        if self.sockets.len() >= MAX_SOCKET_FILES {
+            return Err(io::Error::other(format!(
+                "more than {MAX_SOCKET_FILES} socket files"
+            )));
+        }
+        let mut path = dir.to_vec();
+        path.push(b'/');
+        path.extend_from_slice(name);
+        self.sockets.push(SocketFile {
+            root: self.root,
+            stat: *st,
+            path: super::bounded(&path),
+        });
+        Ok(())
+    }
+
     fn add(&mut self, st: &Stat) {
         self.entries.entry(st.key()).or_insert(self.root);
         if st.is_dir() {
@@ -122,7 +160,15 @@ impl Tree {
         }
     }
 
-    fn walk(&mut self, dirfd: BorrowedFd<'_>, dev: u64, depth: usize) -> io::Result<()> {
+    /// `at` is the path of `dirfd` (the root's as given, then the walk's
+    /// names): kept only for socket files, so people can find them.
+    fn walk(
+        &mut self,
+        dirfd: BorrowedFd<'_>,
+        dev: u64,
+        depth: usize,
+        at: &mut Vec<u8>,
+    ) -> io::Result<()> {
         if depth > MAX_DEPTH {
             return Err(io::Error::other(format!("deeper than {MAX_DEPTH} levels")));
         }
@@ -145,6 +191,9 @@ impl Tree {
                 return Err(io::Error::other(format!("more than {MAX_ENTRIES} entries")));
             }
             self.add(&st);
+            if st.kind == libc::S_IFSOCK {
+                self.socket(&st, at, name.to_bytes())?;
+            }
             // Another filesystem, or a bind mount of the same one: an
             // entry of the tree, not walked into.
             if st.is_dir() && st.dev == dev && !st.mount_root {
@@ -154,7 +203,14 @@ impl Tree {
         drop(dir);
         for name in subdirs {
             match openat(dirfd, name.as_c_str(), dir_flags(), Mode::empty()) {
-                Ok(sub) => self.walk(sub.as_fd(), dev, depth + 1)?,
+                Ok(sub) => {
+                    let len = at.len();
+                    at.push(b'/');
+                    at.extend_from_slice(name.to_bytes());
+                    let walked = self.walk(sub.as_fd(), dev, depth + 1, at);
+                    at.truncate(len);
+                    walked?
+                }
                 Err(nix::errno::Errno::ENOENT) => {}
                 Err(e) => return Err(e.into()),
             }

@@ -458,7 +458,9 @@ fn show_escapes_terminal_controls() {
 fn sockets_and_fifos_in_the_stage_are_named() {
     let t = tempfile::tempdir().unwrap();
     let st = stage(t.path());
-    let _sock = UnixListener::bind(st.join("hopper/agent.sock")).unwrap();
+    // Bound, then closed: the socket file stays with no socket behind it.
+    // A live listener would hold the stage (holders_sockets::).
+    drop(UnixListener::bind(st.join("hopper/agent.sock")).unwrap());
     nix::unistd::mkfifo(
         &st.join("hopper/events"),
         nix::sys::stat::Mode::from_bits_truncate(0o600),

@@ -175,7 +175,7 @@ fn sealed_run() -> Watchdog {
 
 /// `verify --staging` → (exit code, verdict), with the verdict's holder
 /// scan validated against the schema.
-fn verify_stage(w: &Watchdog) -> (i32, Value) {
+pub(crate) fn verify_stage(w: &Watchdog) -> (i32, Value) {
     let (code, v) = w.verify(&["--staging", s(&w.staging)]);
     assert_valid(
         holders_validator(),

@@ -52,6 +52,7 @@ mod framer_props;
 mod fuzz_verify;
 mod generate;
 mod holders;
+mod holders_sockets;
 mod layout;
 mod parser;
 mod python_client;

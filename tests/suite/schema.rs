@@ -733,6 +733,7 @@ fn holder_scan() -> rea::holders::HolderScan {
                     access: Some(Access::ReadWrite),
                     what: "/tmp/stage/db".into(),
                     deleted: false,
+                    socket: None,
                 },
                 Hold {
                     root: 0,
@@ -741,9 +742,24 @@ fn holder_scan() -> rea::holders::HolderScan {
                     access: None,
                     what: "/tmp/stage/bin/hopper (deleted)".into(),
                     deleted: true,
+                    socket: None,
+                },
+                Hold {
+                    root: 0,
+                    how: How::Socket,
+                    fd: Some(5),
+                    access: None,
+                    what: "/tmp/stage/live.sock".into(),
+                    deleted: false,
+                    socket: Some(SocketHold {
+                        ino: 81_244,
+                        kind: sockets::SockKind::Stream,
+                        state: sockets::SockState::Listening,
+                        bound_as: "/mnt/other/live.sock".into(),
+                    }),
                 },
             ],
-            holds_total: 2,
+            holds_total: 3,
         }],
         holders_total: 1,
         mounts: vec![MountHold {
