@@ -13,5 +13,6 @@ pub mod held;
 pub mod mode;
 pub mod recovery;
 pub mod recovery_rule;
+pub mod stage;
 pub mod stop;
 pub mod watchdog;

@@ -10,6 +10,7 @@ pub use super::group::{
     GroupKillFailed, GroupMember, GroupRemoved, GroupSeen, GroupState, Unkillable,
     GROUP_KILL_NAMED,
 };
+pub use super::stage::StageArmed;
 pub use super::stop::{StopPriority, StopTriggered};
 use crate::holders::HolderScan;
 use crate::vocab::{Capture, Op, RefusalReason};
@@ -443,20 +444,6 @@ pub enum HoldersScanned {
     Failed {
         error: String,
     },
-}
-
-/// A stage made by `rea-stage begin` was armed (docs/stage.md): the watchdog
-/// created `marker` in it exclusively, before its first spawn, so
-/// `rea-stage discard` refuses it from then on.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct StageArmed {
-    /// The stage (as in `run_started`'s staging identity).
-    pub path: String,
-    /// The marker's name in the stage (`.rea-exec-started`).
-    pub marker: String,
-    /// The marker's inode.
-    pub ino: u64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
