@@ -124,7 +124,7 @@ pub fn act(log: &mut RecoveryLog, g: ActionGroup, s: &RecoveryStarted) -> Result
         return Ok(Acted::Refused(Reason { code, detail }, foreign(s, &before)));
     }
 
-    let killed = kill(&g);
+    let killed = write_group_kill(&g);
     let populated = killed.populated;
     let wrote_kill = killed.kill_error.is_none();
     log.record(&RecoveryEvent::Killed(killed.clone()))
@@ -165,7 +165,7 @@ pub fn act(log: &mut RecoveryLog, g: ActionGroup, s: &RecoveryStarted) -> Result
 
 /// `cgroup.kill`, then the wait for `populated 0` (bounded by [`WAIT`]);
 /// a group still populated is thawed, and its members left listed.
-fn kill(g: &ActionGroup) -> RecoveryKilled {
+fn write_group_kill(g: &ActionGroup) -> RecoveryKilled {
     let t0 = Instant::now();
     let kill_error = g.kill().err().map(|e| format!("cgroup.kill: {e}"));
     if kill_error.is_none() {
