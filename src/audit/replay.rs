@@ -21,11 +21,12 @@ use super::replay_group::GroupSeen;
 use super::verdict::{Code, Reason};
 use crate::kinds::watchdog::{
     Counts, Event, Ident, JobSpawned, Outcome, Receipt, RunStarted, Sig, SignalSweep, Stage,
-    StagingInventoried, StopCompleted, StopReason,
+    StagingChanged, StagingInventoried, StopCompleted, StopReason,
 };
 
 mod receipt;
 mod records;
+mod stage;
 
 fn mismatch(detail: String) -> Reason {
     Reason::new(Code::ReplayMismatch, None, detail)
@@ -140,6 +141,9 @@ pub struct Replay {
     temp_removed: Option<bool>,
     last_completed: Option<StopCompleted>,
     last_staging: Option<StagingInventoried>,
+    /// The stage's baseline and what changed since (`stage.rs`).
+    baseline: Option<StagingInventoried>,
+    changed: Option<StagingChanged>,
     /// A `stop_triggered` for `audit_failure` was recorded.
     pub audit_failure_seen: bool,
     /// A `stop_triggered` for `root_lost` was recorded (first or later).
@@ -251,6 +255,8 @@ impl Replay {
                 self.last_completed = Some(c);
             }
             Event::StagingInventoried(s) => self.last_staging = Some(s),
+            Event::StagingBaseline(b) => self.staging_baseline(b),
+            Event::StagingChanged(c) => self.staging_changed(c),
             Event::Containment(c) => {
                 let p = self.group.containment(c, self.seen);
                 self.push_problem(p);
@@ -436,6 +442,7 @@ impl Replay {
                     .into(),
             ));
         }
+        out.extend(self.stage_mismatches(receipt).map(mismatch));
         // Whether the stage was *replaced* during the action is a verdict
         // (staging_mismatch), not tampering; here only presence must agree.
         if receipt.staging.is_some() != start.staging.is_some() {

@@ -3,10 +3,11 @@
 
 use super::people::word;
 use crate::holders::HolderScan;
+use crate::kinds::stage::{Change, StageChange};
 use crate::kinds::watchdog::{
     AskEnd, AskEnded, Containment, Event, HoldersScanned, InnerAlarm, JobExited, JobSpawned, Proc,
     Reaped, Receipt, RequestReceived, RequestsRefused, RootBound, RunStarted, SignalReceived,
-    SignalSweep, StagingInventoried, StopTriggered, TempEntry, Unkillable,
+    SignalSweep, StagingChanged, StagingInventoried, StopTriggered, TempEntry, Unkillable,
 };
 
 /// Sockets, FIFOs, devices: named, since a runtime may still hold them.
@@ -103,6 +104,8 @@ pub fn summary(ev: &Event) -> String {
         ),
         Event::TempRootRemoved(t) => format!("removed {} {}", t.removed, t.detail),
         Event::StagingInventoried(s) => staging_inventoried(s),
+        Event::StagingBaseline(s) => format!("baseline {}", staging_inventoried(s)),
+        Event::StagingChanged(c) => staging_changed(c),
         Event::HoldersScanned(HoldersScanned::Scanned(h)) => holders_scanned(h),
         Event::HoldersScanned(HoldersScanned::Failed { error }) => {
             format!("could not scan: {error}")
@@ -374,6 +377,41 @@ fn staging_inventoried(s: &StagingInventoried) -> String {
         s.inventory.digest,
         specials(&s.special, s.special_truncated)
     )
+}
+
+/// What changed in the stage during the run, entry by entry.
+fn staging_changed(c: &StagingChanged) -> String {
+    let mut parts: Vec<String> = c.changes.iter().map(stage_change).collect();
+    if c.more > 0 {
+        parts.push(format!("and {} more", c.more));
+    }
+    if let Some(why) = &c.unnamed {
+        parts.push(why.clone());
+    }
+    format!(
+        "the stage changed during the run (digest {} at start, {} at close): {}",
+        c.baseline,
+        c.now,
+        parts.join("; ")
+    )
+}
+
+/// One changed entry in words: `replaced bin (file -> symlink)`,
+/// `changed lib.so: content, size`, `added x.sock (socket)`.
+pub fn stage_change(e: &StageChange) -> String {
+    let types = match (e.change, &e.was, &e.now) {
+        (Change::Replaced, Some(w), Some(n)) if w != n => format!(" ({w} -> {n})"),
+        (_, Some(w), None) | (_, None, Some(w)) | (Change::Replaced, Some(w), _) => {
+            format!(" ({w})")
+        }
+        _ => String::new(),
+    };
+    let what: Vec<String> = e.what.iter().map(word).collect();
+    let what = match what.is_empty() {
+        true => String::new(),
+        false => format!(": {}", what.join(", ")),
+    };
+    format!("{} {}{types}{what}", word(&e.change), e.path)
 }
 
 /// The containment mode and its group.

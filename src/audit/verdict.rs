@@ -106,6 +106,12 @@ pub enum Code {
     /// The stage (or a mount under it) could not be read within its
     /// deadline, at close or now: its helper is named in the detail.
     StageUnreadable,
+    /// The stage at close is not its baseline at start: an entry was
+    /// added, removed, replaced or changed during the run (each named).
+    StageChangedDuringRun,
+    /// A run with a stage but no baseline of it: nothing shows the stage
+    /// did not change during the run.
+    StageBaselineMissing,
     // Could not look.
     IoError,
     NotARegularFile,
@@ -150,9 +156,22 @@ impl Code {
                 Status::Tampered
             }
             EmptyLog | TornLine | NoReceipt => Status::Incomplete,
-            NotQuiescent | UncertainMappings | ForeignMember | Unkillable | TempRootNotRemoved
-            | RootLost | Hangup | AuditFailure | StagingMismatch | StagingNotRecorded
-            | StagingNotChecked | StageHeld | HoldersNotScanned | StageUnreadable => Status::Retain,
+            NotQuiescent
+            | UncertainMappings
+            | ForeignMember
+            | Unkillable
+            | TempRootNotRemoved
+            | RootLost
+            | Hangup
+            | AuditFailure
+            | StagingMismatch
+            | StagingNotRecorded
+            | StagingNotChecked
+            | StageHeld
+            | HoldersNotScanned
+            | StageUnreadable
+            | StageChangedDuringRun
+            | StageBaselineMissing => Status::Retain,
             IoError | NotARegularFile => Status::Error,
         }
     }

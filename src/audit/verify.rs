@@ -16,6 +16,7 @@ use super::reader::{open_log, OpenError};
 use super::replay::Replay;
 use super::rules;
 use super::stage_held;
+use super::summary;
 use super::verdict::{Code, Reason, Status, Verdict};
 use crate::bounded::Failure;
 use crate::holders::HolderScan;
@@ -425,16 +426,7 @@ fn judge(
     if let Some(why) = rc.staging.as_ref().and_then(|s| s.unreadable.as_ref()) {
         rs.push(Code::StageUnreadable, None, format!("at close: {why}"));
     }
-    let start_staging = replay.start().and_then(|s| s.staging.as_ref());
-    if let (Some(at_start), Some(sealed)) = (start_staging, &rc.staging) {
-        if !inventory::same_dir(at_start, &sealed.identity) {
-            rs.push(
-                Code::StagingMismatch,
-                None,
-                "the staging directory was replaced during the action (identity at close differs from start)",
-            );
-        }
-    }
+    during_run(replay, rc, rs);
     match (&opts.staging, &rc.staging) {
         (Some(path), None) => rs.push(
             Code::StagingNotRecorded,
@@ -486,4 +478,64 @@ fn judge(
         (None, _) => {}
     }
     None
+}
+
+/// The stage during the run, from the records alone: the same directory
+/// at close as at start, and (docs/stage.md) its inventory at close equal
+/// to its baseline. The two recorded digests decide; the `staging_changed`
+/// record names the entries, one reason each.
+fn during_run(replay: &Replay, rc: &Receipt, rs: &mut Reasons) {
+    let start_staging = replay.start().and_then(|s| s.staging.as_ref());
+    let (Some(at_start), Some(sealed)) = (start_staging, &rc.staging) else {
+        return;
+    };
+    if !inventory::same_dir(at_start, &sealed.identity) {
+        rs.push(
+            Code::StagingMismatch,
+            None,
+            "the staging directory was replaced during the action (identity at close differs from start)",
+        );
+    }
+    if sealed.unreadable.is_some() {
+        return; // stage_unreadable already
+    }
+    let Some(baseline) = replay.baseline() else {
+        return rs.push(
+            Code::StageBaselineMissing,
+            None,
+            "the log has no baseline of the stage taken at start: nothing shows the stage did not change during the run",
+        );
+    };
+    if baseline.inventory.digest == sealed.inventory.digest {
+        return;
+    }
+    let code = Code::StageChangedDuringRun;
+    let Some(c) = replay.stage_changed() else {
+        return rs.push(
+            code,
+            None,
+            "the stage at close is not its baseline at start",
+        );
+    };
+    for e in &c.changes {
+        rs.push(
+            code,
+            None,
+            format!("during the run: {}", summary::stage_change(e)),
+        );
+    }
+    if c.more > 0 {
+        rs.push(
+            code,
+            None,
+            format!("during the run: {} more entries differ", c.more),
+        );
+    }
+    if let Some(why) = &c.unnamed {
+        rs.push(
+            code,
+            None,
+            format!("the stage at close is not its baseline at start ({why})"),
+        );
+    }
 }

@@ -10,7 +10,7 @@ pub use super::group::{
     GroupKillFailed, GroupMember, GroupRemoved, GroupSeen, GroupState, Unkillable,
     GROUP_KILL_NAMED,
 };
-pub use super::stage::StageArmed;
+pub use super::stage::{StageArmed, StagingChanged};
 pub use super::stop::{StopPriority, StopTriggered};
 use crate::holders::HolderScan;
 use crate::vocab::{Capture, Op, RefusalReason};
@@ -561,6 +561,7 @@ events! {
     RunStarted(RunStarted) = "run_started",
     RootBound(RootBound) = "root_bound",
     StageArmed(StageArmed) = "stage_armed",
+    StagingBaseline(StagingInventoried) = "staging_baseline",
     RequestReceived(RequestReceived) = "request_received",
     RequestRefused(RequestRefused) = "request_refused",
     RequestsRefused(RequestsRefused) = "requests_refused",
@@ -583,6 +584,7 @@ events! {
     TempRootInventoried(TempRootInventoried) = "temp_root_inventoried",
     TempRootRemoved(TempRootRemoved) = "temp_root_removed",
     StagingInventoried(StagingInventoried) = "staging_inventoried",
+    StagingChanged(StagingChanged) = "staging_changed",
     HoldersScanned(HoldersScanned) = "holders_scanned",
     Receipt(Receipt) = "receipt",
     Containment(Containment) = "containment",

@@ -45,7 +45,7 @@ pub struct Action {
     /// The watchdog's signals and the root controller.
     ext: External,
     state: StateDir,
-    staging_start: Option<DirIdentity>,
+    stage: super::baseline::Stage,
     /// How a first trigger starts the stop procedure (fixed at start).
     how: StopStart,
     ledger: Ledger,
@@ -77,15 +77,15 @@ impl Action {
         src.add(state.fifo.as_raw_fd(), Source::Fifo, Interest::READABLE)
             .map_err(|e| fail("request FIFO", e))?;
         let mut ledger = Ledger::new(audit);
-        let arm = super::arm::then(&cfg, &staging_start);
-        let group = ledger.start([first, root], contained, arm)?;
+        let mut stage = super::baseline::Stage::new(staging_start);
+        let group = ledger.start([first, root], contained, stage.arm_then_baseline(&cfg))?;
         Ok(Action {
             cfg,
             me,
             src,
             ext,
             state,
-            staging_start,
+            stage,
             how,
             ledger,
             intake: Intake::default(),
@@ -378,7 +378,7 @@ impl Action {
         let at = Sealing {
             state: &self.state,
             staging: self.cfg.staging.as_deref(),
-            staging_start: self.staging_start.as_ref(),
+            stage: &self.stage,
             root_alive: self.ext.root_alive(),
             reason,
         };

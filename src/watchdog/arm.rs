@@ -27,14 +27,6 @@ use crate::stage::receipt::create_exclusive;
 use crate::stage::remove::unlink_own;
 use crate::stage::{ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};
 
-/// [`arm_stage`] as the step `Ledger::start` takes after the first records.
-pub fn then<'a>(
-    cfg: &'a Config,
-    start: &'a Option<DirIdentity>,
-) -> impl FnOnce() -> Result<Option<Event>, String> + 'a {
-    move || arm_stage(cfg, start.as_ref())
-}
-
 /// Arms the stage if it is one `rea-stage begin` made; the record to write.
 pub fn arm_stage(cfg: &Config, start: Option<&DirIdentity>) -> Result<Option<Event>, String> {
     let (Some(path), Some(start)) = (cfg.staging.as_deref(), start) else {

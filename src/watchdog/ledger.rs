@@ -225,12 +225,12 @@ impl Ledger {
     /// an error here means the action never starts.
     /// With containment, its record is the third (docs/containment.md) and the group
     /// is handed back. Then `then` (arming the stage, the first act after
-    /// them: `arm::arm_stage`), and its record, durable.
+    /// them, and its baseline: `baseline.rs`), and its records, durable.
     pub fn start(
         &mut self,
         first: [Event; 2],
         contained: Option<Contained>,
-        then: impl FnOnce() -> Result<Option<Event>, String>,
+        then: impl FnOnce() -> Result<Vec<Event>, String>,
     ) -> Result<Option<ActionGroup>, String> {
         let (third, group) = match contained {
             Some(c) => (Some(Event::Containment(c.record)), c.group),
@@ -241,7 +241,7 @@ impl Ledger {
             self.counts.add(ev);
         }
         self.audit.sync().map_err(|e| e.to_string())?;
-        if let Some(ev) = then()? {
+        for ev in then()? {
             self.audit.record(&ev).map_err(|e| e.to_string())?;
             self.counts.add(&ev);
         }

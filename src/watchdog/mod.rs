@@ -2,6 +2,7 @@
 
 pub mod action;
 pub mod arm;
+pub mod baseline;
 pub mod caller;
 pub mod config;
 pub mod detach;

@@ -8,6 +8,7 @@
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
+use super::baseline::Stage;
 use super::effect::ReplyTo;
 use super::ledger::Ledger;
 use super::state_dir::StateDir;
@@ -15,10 +16,10 @@ use super::stop::Stopper;
 use crate::bounded::{Failure, STAGE_DEADLINE};
 use crate::contain::group::ActionGroup;
 use crate::holders::scan::scan;
-use crate::inventory;
+use crate::inventory::{self, Listing};
 use crate::kinds::watchdog::HoldersScanned;
 use crate::kinds::watchdog::{
-    no_live_or_waitable, DirIdentity, Event, Inventory, Receipt, StagingInventoried, StopCompleted,
+    no_live_or_waitable, Event, Inventory, Receipt, StagingInventoried, StopCompleted,
     TempRootInventoried, TempRootRemoved,
 };
 use crate::kinds::watchdog::{GroupIdentity, GroupRemoved};
@@ -310,15 +311,16 @@ fn clear_temp_root(
 /// Staging is inventoried, never deleted. An unreadable stage keeps the
 /// start identity with an empty inventory, which `verify --staging` then
 /// cannot match (fail closed). The walk runs in a helper with a deadline
-/// ([`crate::bounded`]): a stage that does not answer in time (a stuck
-/// mount on or under it) is recorded `unreadable`, its helper named, and
-/// `verify` says `stage_unreadable` (retain).
-fn read_staging(path: Option<&Path>, start: Option<&DirIdentity>) -> Option<StagingInventoried> {
-    let (path, start) = (path?, start?);
+/// ([`crate::bounded`], room for the baseline's bytes): a stage that does
+/// not answer in time (a stuck mount on or under it) is recorded
+/// `unreadable`, its helper named, and `verify` says `stage_unreadable`
+/// (retain). With a baseline, the entries are listed to name what changed.
+fn read_staging(path: Option<&Path>, stage: &Stage) -> Option<(StagingInventoried, Listing)> {
+    let (path, start) = (path?, stage.start.as_ref()?);
     let what = format!("the stage {}", path.display());
     let key = path.to_string_lossy();
-    let read = crate::bounded::run(&what, &key, STAGE_DEADLINE, &[], || {
-        inventory::staging(path).map_err(|e| e.to_string())
+    let read = crate::bounded::run(&what, &key, stage.close_deadline(), &[], || {
+        inventory::staging_listed(path).map_err(|e| e.to_string())
     });
     let unreadable = match read {
         Ok(seen) => return Some(seen),
@@ -328,7 +330,7 @@ fn read_staging(path: Option<&Path>, start: Option<&DirIdentity>) -> Option<Stag
         }
         Err(Failure::Failed(_)) => None,
     };
-    Some(StagingInventoried {
+    let seen = StagingInventoried {
         identity: start.clone(),
         inventory: Inventory {
             entries: 0,
@@ -338,14 +340,16 @@ fn read_staging(path: Option<&Path>, start: Option<&DirIdentity>) -> Option<Stag
         special: Vec::new(),
         special_truncated: false,
         unreadable,
-    })
+    };
+    Some((seen, Listing::default()))
 }
 
 /// Where and when the action is sealed.
 pub struct Sealing<'a> {
     pub state: &'a StateDir,
     pub staging: Option<&'a Path>,
-    pub staging_start: Option<&'a DirIdentity>,
+    /// Its identity at start and its baseline.
+    pub stage: &'a Stage,
     pub root_alive: bool,
     /// The first stop trigger's reason; `None` for a plain close.
     pub reason: Option<StopReason>,
@@ -359,13 +363,17 @@ pub fn seal(ev: &Evidence<'_>, at: &Sealing<'_>, ledger: &mut Ledger) -> (bool, 
                           // The stage is read first, so that a stage that cannot be read is
                           // left out of the holder scan (which would only block on it again);
                           // its record keeps its place, after the temp root's.
-    let staging = read_staging(at.staging, at.staging_start);
-    let stuck = staging.as_ref().is_some_and(|s| s.unreadable.is_some());
+    let read = read_staging(at.staging, at.stage);
+    let stuck = read.as_ref().is_some_and(|(s, _)| s.unreadable.is_some());
     let held = scan_holders(at.staging.filter(|_| !stuck), at.state, ledger);
     let removed = clear_temp_root(at.state, ev.quiescent(), held, ledger);
-    if let Some(seen) = &staging {
+    let staging = read.map(|(seen, listing)| {
         ledger.append(Event::StagingInventoried(seen.clone()));
-    }
+        if let Some(changed) = at.stage.changed(&seen, &listing) {
+            ledger.append(changed);
+        }
+        seen
+    });
     let rc = receipt(at.reason, ev, removed, staging, at.root_alive, ledger);
     let positive = rc.is_positive();
     (positive, ledger.seal(&Event::Receipt(rc)))

@@ -801,11 +801,17 @@ fn receipt_staging_edited_alone_to_match_a_changed_stage() {
     );
     lines[last - 1] = replace_once(&lines[last - 1], &old, new.as_bytes());
     write_lines(&log.path, &lines);
-    // The staging_inventoried record still holds what the watchdog saw.
+    // The staging_inventoried record still holds what the watchdog saw, and
+    // the edited receipt is no longer the baseline without a
+    // staging_changed naming it: two mismatches.
     verify(&log.path, &["--staging", stage.to_str().unwrap()]).expect(
         "tampered",
         3,
-        &[("replay_mismatch", None)],
+        &[
+            ("replay_mismatch", None),
+            ("replay_mismatch", None),
+            ("stage_changed_during_run", None),
+        ],
     );
 }
 

@@ -156,14 +156,15 @@ impl Drop for Looped {
     }
 }
 
-/// A watchdog run over a stage with a subdirectory and a 1 MiB image,
-/// closed: a sealed log that is `delete_allowed` for the stage as it is.
+/// A watchdog run over a stage uploaded with a subdirectory and a 1 MiB
+/// image, closed: a sealed log that is `delete_allowed` for the stage as it is.
 fn sealed_run() -> Watchdog {
     let scratch = Scratch::new();
+    let staging = scratch.path("staging");
+    std::fs::create_dir_all(staging.join("sub")).unwrap();
+    std::fs::write(staging.join("sub/lib.so"), b"not really a library").unwrap();
+    std::fs::write(staging.join("disk.img"), vec![0u8; 1 << 20]).unwrap();
     let mut w = Watchdog::start_with(scratch, None, &[], |_| {});
-    std::fs::create_dir(w.staging.join("sub")).unwrap();
-    std::fs::write(w.staging.join("sub/lib.so"), b"not really a library").unwrap();
-    std::fs::write(w.staging.join("disk.img"), vec![0u8; 1 << 20]).unwrap();
     let close = w.close();
     assert!(close.status.success(), "{close:?}");
     assert!(w.wait(PATIENCE).success());

@@ -120,12 +120,16 @@ fn socket_holds(scan: &Value, pid: i32) -> Vec<Value> {
         .collect()
 }
 
-/// A watchdog run, closed, whose stage got what `plant` puts there while
-/// the (empty) action ran: the sockets are part of the stage the receipt
-/// inventories, so only their holders can make it `retain`.
-fn sealed_with<T>(plant: impl FnOnce(&Watchdog) -> T) -> (Watchdog, T) {
-    let mut w = Watchdog::start_with(Scratch::new(), None, &[], |_| {});
-    let planted = plant(&w);
+/// A watchdog run, closed, whose stage got what `plant` puts there before
+/// the watchdog started (the stage as uploaded, with an outside listener
+/// bound in it): the sockets are part of the stage the baseline and the
+/// receipt inventory alike, so only their holders can make it `retain`.
+fn sealed_with<T>(plant: impl FnOnce(&Scratch, &Path) -> T) -> (Watchdog, T) {
+    let scratch = Scratch::new();
+    let staging = scratch.path("staging");
+    std::fs::create_dir(&staging).unwrap();
+    let planted = plant(&scratch, &staging);
+    let mut w = Watchdog::start_with(scratch, None, &[], |_| {});
     let close = w.close();
     assert!(close.status.success(), "{close:?}");
     assert!(w.wait(PATIENCE).success());
@@ -161,9 +165,9 @@ fn assert_allowed(w: &Watchdog) {
 #[test]
 fn a_listener_on_a_socket_in_the_stage_holds_it_until_it_ends() {
     require_pid_ns!("socket holders");
-    let (w, l) = sealed_with(|w| {
-        let sock = w.staging.join("live.sock");
-        Listener::start(&w.scratch, "oracle", &["--connect"], &sock)
+    let (w, l) = sealed_with(|scratch, staging| {
+        let sock = staging.join("live.sock");
+        Listener::start(scratch, "oracle", &["--connect"], &sock)
     });
     let sock = w.staging.join("live.sock");
     assert!(named_at_close(&w).contains(&i64::from(l.pid())));
@@ -236,14 +240,14 @@ fn a_listener_on_a_socket_in_the_stage_holds_it_until_it_ends() {
 fn a_socket_bound_from_another_mount_namespace_is_found_by_dev_and_inode() {
     require_pid_ns!("socket holders (mount namespaces)");
     let _ns = common::mounts::new_namespace();
-    let (w, (l, bound_as)) = sealed_with(|w| {
-        let parent = w.staging.parent().unwrap().to_path_buf();
-        let name = w.staging.file_name().unwrap().to_owned();
-        let elsewhere: PathBuf = w.scratch.path("elsewhere");
+    let (w, (l, bound_as)) = sealed_with(|scratch, staging| {
+        let parent = staging.parent().unwrap().to_path_buf();
+        let name = staging.file_name().unwrap().to_owned();
+        let elsewhere: PathBuf = scratch.path("elsewhere");
         std::fs::create_dir(&elsewhere).unwrap();
         let bound_as = elsewhere.join(name).join("live.sock");
         let script = "mount --bind \"$1\" \"$2\" && exec \"$3\" \"$4\" --oracle \"$5\" \"$6\"";
-        let mut o = Oracle::new(&w.scratch, "oracle");
+        let mut o = Oracle::new(scratch, "oracle");
         let child = Command::new("unshare")
             .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
             .arg(script)
@@ -298,10 +302,10 @@ fn a_socket_bound_from_another_mount_namespace_is_found_by_dev_and_inode() {
 #[test]
 fn a_socket_file_with_no_socket_behind_it_is_not_a_holder() {
     require_pid_ns!("socket holders");
-    let (w, l) = sealed_with(|w| {
-        let dead = w.staging.join("dead.sock");
-        Listener::start(&w.scratch, "oracle-dead", &["--exit"], &dead).exited();
-        Listener::start(&w.scratch, "oracle", &[], &w.staging.join("live.sock"))
+    let (w, l) = sealed_with(|scratch, staging| {
+        let dead = staging.join("dead.sock");
+        Listener::start(scratch, "oracle-dead", &["--exit"], &dead).exited();
+        Listener::start(scratch, "oracle", &[], &staging.join("live.sock"))
     });
     let sock = w.staging.join("live.sock");
     assert_eq!(named_at_close(&w), [i64::from(l.pid())]);

@@ -66,6 +66,7 @@ mod schema;
 mod show;
 mod smoke_stop;
 mod stage;
+mod stage_changes;
 mod stop;
 mod stop_bound;
 mod stop_storm;

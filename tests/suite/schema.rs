@@ -19,6 +19,7 @@ use common::schema::{
 use rea::audit::verdict::{Code, Reason, Status as VStatus, Verdict};
 use rea::audit::verify::{verify_bytes, verify_file, VerifyOptions};
 use rea::audit::{AuditWriter, Event};
+use rea::kinds::stage::{Aspect, Change, StageChange};
 use rea::kinds::watchdog::*;
 use rea::protocol::{
     parse_request, Caller, Capture, Op, RefusalReason, Reply, Request, StreamReply,
@@ -188,21 +189,64 @@ fn all_codes() -> Vec<Code> {
         StageHeld,
         HoldersNotScanned,
         StageUnreadable,
+        StageChangedDuringRun,
+        StageBaselineMissing,
         IoError,
         NotARegularFile,
     ];
     for c in &all {
         match c {
-            Bom | CarriageReturn | InvalidUtf8 | LineTooLong | MalformedJson | UnknownField
-            | DuplicateKey | Float | BadField | UnknownKind | BadVersion | BadTimestamp
-            | SeqMismatch | PrevMismatch | GenesisMismatch | RunMismatch | FirstNotRunStarted
-            | DuplicateReceipt | RecordAfterReceipt | HeadMismatch | ExpectRunMismatch
-            | ReplayMismatch | NonCanonical | MonoRegressed | BadDigest | ForeignUid
-            | LeaderNotSession | StopNotCompleted | StopInClosedLog | SweepWithoutTrigger
-            | EmptyLog | TornLine | NoReceipt | NotQuiescent | UncertainMappings
-            | ForeignMember | Unkillable | TempRootNotRemoved | RootLost | Hangup
-            | AuditFailure | StagingMismatch | StagingNotRecorded | StagingNotChecked
-            | StageHeld | HoldersNotScanned | StageUnreadable | IoError | NotARegularFile => {}
+            Bom
+            | CarriageReturn
+            | InvalidUtf8
+            | LineTooLong
+            | MalformedJson
+            | UnknownField
+            | DuplicateKey
+            | Float
+            | BadField
+            | UnknownKind
+            | BadVersion
+            | BadTimestamp
+            | SeqMismatch
+            | PrevMismatch
+            | GenesisMismatch
+            | RunMismatch
+            | FirstNotRunStarted
+            | DuplicateReceipt
+            | RecordAfterReceipt
+            | HeadMismatch
+            | ExpectRunMismatch
+            | ReplayMismatch
+            | NonCanonical
+            | MonoRegressed
+            | BadDigest
+            | ForeignUid
+            | LeaderNotSession
+            | StopNotCompleted
+            | StopInClosedLog
+            | SweepWithoutTrigger
+            | EmptyLog
+            | TornLine
+            | NoReceipt
+            | NotQuiescent
+            | UncertainMappings
+            | ForeignMember
+            | Unkillable
+            | TempRootNotRemoved
+            | RootLost
+            | Hangup
+            | AuditFailure
+            | StagingMismatch
+            | StagingNotRecorded
+            | StagingNotChecked
+            | StageHeld
+            | HoldersNotScanned
+            | StageUnreadable
+            | StageChangedDuringRun
+            | StageBaselineMissing
+            | IoError
+            | NotARegularFile => {}
         }
     }
     all
@@ -330,6 +374,7 @@ fn every_kind_events() -> Vec<Event> {
             marker: ".rea-exec-started".into(),
             ino: 5_242_881,
         }),
+        Event::StagingBaseline(staging_inventoried()),
         Event::RequestReceived(RequestReceived {
             id: Some("install-1".into()),
             op: Some(Op::Spawn),
@@ -642,6 +687,28 @@ fn every_kind_events() -> Vec<Event> {
             detail: String::new(),
         }),
         Event::StagingInventoried(staging_inventoried()),
+        Event::StagingChanged(StagingChanged {
+            baseline: "7d1f0c5a".repeat(8),
+            now: staging_inventoried().inventory.digest,
+            changes: vec![
+                StageChange {
+                    path: "hopper-5.19/bin/Hopper".into(),
+                    change: Change::Changed,
+                    was: Some("file".into()),
+                    now: Some("file".into()),
+                    what: vec![Aspect::Content],
+                },
+                StageChange {
+                    path: "unexpected.txt".into(),
+                    change: Change::Added,
+                    was: None,
+                    now: Some("file".into()),
+                    what: vec![],
+                },
+            ],
+            more: 0,
+            unnamed: None,
+        }),
         Event::Containment(Containment {
             requested: ContainRequest::Auto,
             mode: ContainMode::Cgroup,

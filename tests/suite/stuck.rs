@@ -144,8 +144,9 @@ fn assert_gone(pids: &[i32]) {
 /// A watchdog run with a stage (`sub/` in it), closed and sealed while
 /// the stage was readable.
 fn sealed_run() -> Watchdog {
-    let mut w = Watchdog::start(&[]);
-    std::fs::create_dir(w.staging.join("sub")).unwrap();
+    let scratch = Scratch::new();
+    std::fs::create_dir_all(scratch.path("staging").join("sub")).unwrap();
+    let mut w = Watchdog::start_with(scratch, None, &[], |_| {});
     let close = w.close();
     assert!(close.status.success(), "{close:?}");
     assert!(w.wait(PATIENCE).success());

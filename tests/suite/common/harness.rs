@@ -223,8 +223,10 @@ impl Watchdog {
     ) -> Watchdog {
         let state_dir = scratch.path("state");
         let audit_log = audit_log.unwrap_or_else(|| scratch.path("audit.jsonl"));
+        // The stage as uploaded: what a test put in `scratch`'s "staging"
+        // before the start (the watchdog's baseline), and the runtime.
         let staging = scratch.path("staging");
-        std::fs::create_dir(&staging).unwrap();
+        std::fs::create_dir_all(&staging).unwrap();
         std::fs::write(staging.join("runtime.bin"), b"native runtime").unwrap();
         let mut cmd = Command::new(watchdog_bin());
         cmd.arg("run")

@@ -275,6 +275,12 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
         comm: Some(root_comm),
         source: RootSource::Parent,
     }));
+    // The stage's baseline, as the watchdog takes it before any spawn (the
+    // stage as it is now: a test changes it afterwards to model a change).
+    if let Some(identity) = &staging {
+        let s = inventory::staging(Path::new(&identity.path)).expect("staging baseline");
+        log.rec(Event::StagingBaseline(s));
+    }
 
     // Jobs: job 1 is the install phase asked for by the root; later jobs are
     // launchers that job 1 asked for (a nested request; a sibling, not a child).

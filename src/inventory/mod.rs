@@ -20,6 +20,10 @@ use sha2::{Digest, Sha256};
 use crate::kinds::watchdog::{DirIdentity, Inventory, StagingInventoried, TempEntry};
 use crate::vocab::hex;
 
+pub mod listing;
+
+pub use listing::{Entry, Listing};
+
 /// Deepest directory nesting walked; deeper trees are an error, not a hang.
 const MAX_DEPTH: usize = 256;
 
@@ -112,6 +116,9 @@ struct Walk<'a> {
     /// Entries that are neither file, directory nor symlink (the first few).
     special: Vec<TempEntry>,
     special_truncated: bool,
+    /// Every entry, for naming what changed (the staging rule), up to
+    /// [`listing::MAX_LISTED`]; `None` when not asked for.
+    list: Option<Listing>,
     visit: &'a mut dyn FnMut(&[u8], &FileStat),
 }
 
@@ -190,13 +197,20 @@ impl Walk<'_> {
             "file" if self.contents => file_digest(dirfd, name, st)?,
             _ => String::new(),
         };
-        let line = format!(
-            "{kind}\t{:o}\t{}\t{size}\t{}\t{extra}\n",
-            st.st_mode & 0o7777,
-            st.st_uid,
-            escape(rel),
-        );
-        self.hasher.update(line.as_bytes());
+        let entry = Entry {
+            path: escape(rel),
+            kind: kind.to_string(),
+            mode: st.st_mode & 0o7777,
+            uid: st.st_uid,
+            size,
+            links: st.st_nlink,
+            ino: st.st_ino,
+            extra,
+        };
+        self.hasher.update(entry.line().as_bytes());
+        if let Some(list) = &mut self.list {
+            list.push(entry);
+        }
         self.entries += 1;
         self.bytes += size;
         let item = || TempEntry {
@@ -225,14 +239,22 @@ struct Walked {
     listing: Vec<TempEntry>,
     special: Vec<TempEntry>,
     special_truncated: bool,
+    list: Option<Listing>,
 }
 
-/// A digest over one canonical line per entry, in sorted order:
-/// `kind TAB mode TAB uid TAB size TAB escaped-path TAB extra`, where extra
-/// is a symlink's target text and, with `contents`, a regular file's
-/// SHA-256 (so a file rewritten in place with its size and mtime restored
-/// changes the digest). Nothing else (mtime, gid, inode) is in it.
-fn walk(dirfd: BorrowedFd<'_>, max_listing: usize, contents: bool) -> io::Result<Walked> {
+/// A digest over one canonical line per entry ([`Entry::line`]), in walk
+/// order (each directory's names sorted, a directory's entries right after
+/// it): type, mode, owner, size, link count, inode, path, and a symlink's
+/// target text or, with `contents`, a regular file's SHA-256 (so a file
+/// rewritten in place with its size and mtime restored changes the digest,
+/// and so does one replaced by a hard link or renamed over). Nothing else
+/// (mtime, gid) is in it. With `list`, every entry is also kept.
+fn walk(
+    dirfd: BorrowedFd<'_>,
+    max_listing: usize,
+    contents: bool,
+    list: bool,
+) -> io::Result<Walked> {
     let root = fstat(dirfd)?;
     let mut nothing = |_: &[u8], _: &FileStat| {};
     let mut w = Walk {
@@ -245,6 +267,7 @@ fn walk(dirfd: BorrowedFd<'_>, max_listing: usize, contents: bool) -> io::Result
         contents,
         special: Vec::new(),
         special_truncated: false,
+        list: list.then(Listing::default),
         visit: &mut nothing,
     };
     w.dir(dirfd, &mut Vec::new(), 0)?;
@@ -257,6 +280,7 @@ fn walk(dirfd: BorrowedFd<'_>, max_listing: usize, contents: bool) -> io::Result
         listing: w.listing,
         special: w.special,
         special_truncated: w.special_truncated,
+        list: w.list,
     })
 }
 
@@ -268,7 +292,7 @@ pub fn inventory_fd(
     dirfd: BorrowedFd<'_>,
     max_listing: usize,
 ) -> io::Result<(Inventory, Vec<TempEntry>)> {
-    let w = walk(dirfd, max_listing, false)?;
+    let w = walk(dirfd, max_listing, false, false)?;
     let mut listing = w.listing;
     for e in w.special {
         if !listing.contains(&e) {
@@ -282,7 +306,7 @@ pub fn inventory_fd(
 /// be a symlink), regular files' bytes included.
 pub fn inventory(path: &Path) -> io::Result<Inventory> {
     let fd = open_dir(path)?;
-    Ok(walk(fd.as_fd(), 0, true)?.inventory)
+    Ok(walk(fd.as_fd(), 0, true, false)?.inventory)
 }
 
 /// The staging directory as a record: identity and full inventory from one
@@ -294,10 +318,26 @@ pub fn staging(path: &Path) -> io::Result<StagingInventoried> {
 /// [`staging`], and the descriptor it was taken through (so that what is
 /// done next, the holder scan, is of the same directory).
 pub fn staging_open(path: &Path) -> io::Result<(StagingInventoried, OwnedFd)> {
+    let (inv, _, fd) = staging_walk(path, false)?;
+    Ok((inv, fd))
+}
+
+/// [`staging`] with every entry listed (up to [`listing::MAX_LISTED`]):
+/// the baseline at start and the walk at close, which are compared entry by
+/// entry to name what changed during the run (docs/stage.md).
+pub fn staging_listed(path: &Path) -> io::Result<(StagingInventoried, Listing)> {
+    let (inv, list, _) = staging_walk(path, true)?;
+    Ok((inv, list.unwrap_or_default()))
+}
+
+fn staging_walk(
+    path: &Path,
+    list: bool,
+) -> io::Result<(StagingInventoried, Option<Listing>, OwnedFd)> {
     let fd = open_dir(path)?;
     let st = fstat(&fd)?;
     let identity = identity_of(&std::path::absolute(path)?, &st);
-    let w = walk(fd.as_fd(), 0, true)?;
+    let w = walk(fd.as_fd(), 0, true, list)?;
     let inv = StagingInventoried {
         identity,
         inventory: w.inventory,
@@ -305,7 +345,7 @@ pub fn staging_open(path: &Path) -> io::Result<(StagingInventoried, OwnedFd)> {
         special_truncated: w.special_truncated,
         unreadable: None,
     };
-    Ok((inv, fd))
+    Ok((inv, w.list, fd))
 }
 
 /// Removes everything below `dirfd`, depth first, without following links or
