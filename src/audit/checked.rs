@@ -221,6 +221,7 @@ pub fn check<R: Read>(
         expect_head: expect_head.map(str::to_string),
         expect_run: None,
         staging: staging.cloned(),
+        staging_fd: None,
     };
     Ok(Checked::Watchdog(verify_reader(log, name, &opts)))
 }

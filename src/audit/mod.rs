@@ -57,6 +57,7 @@ pub mod rules;
 pub mod show;
 pub mod stage_held;
 pub mod stage_log;
+pub mod stage_remove;
 pub mod summary;
 pub mod verdict;
 pub mod verify;

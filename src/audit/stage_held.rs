@@ -49,17 +49,45 @@ pub struct StageNow {
 /// answer ([`Failure::Blocked`]: `stage_unreadable`), not a hang.
 /// [`Failure::Failed`] is the inventory's own error.
 pub fn look(path: &Path, expect: Option<&DirIdentity>) -> Result<StageNow, Failure> {
+    look_at(path, None, expect)
+}
+
+/// [`look`] through `opened` when given: the stage a caller already opened
+/// (without symlinks, `rea-stage remove`) and acts on through that
+/// descriptor, so the inventory and the holder scan are of that very
+/// directory, whatever `path` leads to now; `path` only names it.
+pub fn look_at(
+    path: &Path,
+    opened: Option<BorrowedFd<'_>>,
+    expect: Option<&DirIdentity>,
+) -> Result<StageNow, Failure> {
     let what = format!("the stage {}", path.display());
     let key = path.to_string_lossy();
-    bounded::run(&what, &key, STAGE_DEADLINE, &[], || {
-        let (now, dir) = inventory::staging_open(path).map_err(|e| e.to_string())?;
-        let same = expect.is_some_and(|e| inventory::same_dir(e, &now.identity));
-        let scan = same.then(|| {
-            scan_fds(&[(path, dir.as_fd())])
-                .map_err(|e| format!("cannot scan {} for holders: {e}", path.display()))
-        });
-        Ok(StageNow { now, scan })
+    let keep: Vec<BorrowedFd<'_>> = opened.into_iter().collect();
+    bounded::run(&what, &key, STAGE_DEADLINE, &keep, || {
+        let (now, dir) = match opened {
+            Some(fd) => (inventory::staging_fd(fd, path), fd),
+            None => {
+                let (now, owned) = inventory::staging_open(path).map_err(|e| e.to_string())?;
+                return Ok(scanned(path, expect, now, owned.as_fd()));
+            }
+        };
+        Ok(scanned(path, expect, now.map_err(|e| e.to_string())?, dir))
     })
+}
+
+fn scanned(
+    path: &Path,
+    expect: Option<&DirIdentity>,
+    now: StagingInventoried,
+    dir: BorrowedFd<'_>,
+) -> StageNow {
+    let same = expect.is_some_and(|e| inventory::same_dir(e, &now.identity));
+    let scan = same.then(|| {
+        scan_fds(&[(path, dir)])
+            .map_err(|e| format!("cannot scan {} for holders: {e}", path.display()))
+    });
+    StageNow { now, scan }
 }
 
 /// [`check`]'s answer from a scan [`look`] made.

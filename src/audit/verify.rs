@@ -35,6 +35,10 @@ pub struct VerifyOptions {
     pub expect_head: Option<String>,
     pub expect_run: Option<String>,
     pub staging: Option<PathBuf>,
+    /// The stage `staging` names, already opened by the caller (`rea-stage
+    /// remove`): inventoried and scanned through this descriptor instead
+    /// of opening `staging` again.
+    pub staging_fd: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
 }
 
 /// Verifies the log at `path`. Never fails: an unreadable log is a verdict.
@@ -433,7 +437,7 @@ fn judge(
             None,
             format!("--staging {} given, but this run recorded no staging directory", path.display()),
         ),
-        (Some(path), Some(sealed)) => match stage_held::look(path, Some(&sealed.identity)) {
+        (Some(path), Some(sealed)) => match look(opts, path, sealed) {
             Ok(seen) if !inventory::same_dir(&seen.now.identity, &sealed.identity) => rs.push(
                 Code::StagingMismatch,
                 None,
@@ -478,6 +482,18 @@ fn judge(
         (None, _) => {}
     }
     None
+}
+
+/// The stage `--staging` names, now: through the caller's descriptor when
+/// it gave one.
+fn look(
+    opts: &VerifyOptions,
+    path: &Path,
+    sealed: &crate::kinds::watchdog::StagingInventoried,
+) -> Result<stage_held::StageNow, Failure> {
+    use std::os::fd::AsFd;
+    let fd = opts.staging_fd.as_deref().map(AsFd::as_fd);
+    stage_held::look_at(path, fd, Some(&sealed.identity))
 }
 
 /// The stage during the run, from the records alone: the same directory

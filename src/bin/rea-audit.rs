@@ -353,6 +353,7 @@ fn verify(
         expect_head,
         expect_run,
         staging,
+        staging_fd: None,
     };
     let v = verify_file(log, &opts);
     if v.status == Status::Error {

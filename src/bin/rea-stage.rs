@@ -1,10 +1,12 @@
-//! `rea-stage`: the before-transfer receipt and the conditional discard
-//! (docs/stage.md). The only part of rea that ever deletes a stage.
+//! `rea-stage`: the before-transfer receipt, the conditional discard and
+//! the verified removal after a run (docs/stage.md). The only part of rea
+//! that ever deletes a stage.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use rea::audit::stage_remove::{remove, Args};
 use rea::stage::discard::{discard, EXIT_USAGE};
 use rea::stage::receipt::{begin, BeginError};
 
@@ -46,6 +48,25 @@ exact point). REA_STAGE_PAUSE_BEFORE_UNLINK=FIFO does the same right after
 discard created .rea-discarding, before it looks for .rea-exec-started (so
 before its first unlink). They can only delay: every check after runs as it would.
 
+Exit codes (remove):
+  0  removed    the log's verdict is delete_allowed for exactly this stage, the
+                stage is the inventory it recorded at close and held by nothing;
+                every entry and DIR are gone
+  1  refused    a check failed; nothing was removed (the reasons are in FILE)
+  2  stopped    removal had begun and stopped: an entry was no longer the one
+                walked (concurrent_change) or an I/O error; what is left is kept
+                (never forced), FILE says what was removed
+  3  log failed FILE could not be written; nothing more was done
+  4  usage      bad arguments (--expect-head not 64 lowercase hex digits), FILE
+                already exists, FILE is inside DIR (nothing is created or removed)
+
+remove runs verify's checks on LOG (rea-audit verify LOG --expect-head HEX
+--staging DIR) through the descriptor it opened DIR by, walks DIR once more
+through it, and removes exactly what that walk saw, deepest first, each entry
+checked to be the one walked right before its unlinkat; no link is followed.
+`rea-audit verify FILE` says removed, refused or stopped (docs/stage.md, \"One
+verified removal\").
+
 Interlock with rea-watchdog: discard creates DIR/.rea-discarding exclusively
 before its first removal, then refuses `armed` (removing only its own marker)
 if DIR/.rea-exec-started exists; a watchdog arming the stage does the same the
@@ -55,7 +76,7 @@ other way round and refuses to start. It is removed last, before the rmdir.";
 #[command(
     name = "rea-stage",
     version,
-    about = "Create a stage with a before-transfer receipt, or discard one that no exec touched",
+    about = "Create a stage with a before-transfer receipt, discard one that no exec touched, or remove one after a verified run",
     long_about = "rea-stage begin makes a new, private stage directory and a receipt in it \
 naming the files an upload may create; the controller keeps the receipt's SHA-256 as it pins \
 a head. If the upload fails before any exec, rea-stage discard removes the stage, and only if \
@@ -101,6 +122,24 @@ enum Cmd {
         /// created 0600).
         #[arg(long, value_name = "FILE")]
         audit_log: PathBuf,
+    },
+    /// Remove DIR after a run, only if the run's audit log LOG (its head
+    /// pinned) says delete_allowed for exactly this stage, unchanged and
+    /// held by nothing. Everything is recorded in FILE.
+    #[command(after_help = EXIT_HELP)]
+    Remove {
+        /// The stage the run used (rea-watchdog --staging DIR).
+        dir: PathBuf,
+        /// The run's audit log (rea-watchdog --audit-log).
+        #[arg(long, value_name = "LOG")]
+        audit_log: PathBuf,
+        /// The head the controller pinned (64 lowercase hex digits).
+        #[arg(long, value_name = "HEX")]
+        expect_head: String,
+        /// The removal's own log (must not exist, must be outside DIR;
+        /// created 0600).
+        #[arg(long, value_name = "FILE")]
+        log: PathBuf,
     },
 }
 
@@ -165,5 +204,51 @@ fn main() -> ExitCode {
             }
             ExitCode::from(done.code as u8)
         }
+        Cmd::Remove {
+            dir,
+            audit_log,
+            expect_head,
+            log,
+        } => {
+            let done = remove(&Args {
+                dir: &dir,
+                audit_log: &audit_log,
+                expect_head: &expect_head,
+                log: &log,
+            });
+            print_removed(&done, &log);
+            ExitCode::from(done.code as u8)
+        }
+    }
+}
+
+/// `remove`'s line on stdout and each reason on stderr.
+fn print_removed(done: &rea::audit::stage_remove::Done, log: &std::path::Path) {
+    let Some(outcome) = done.outcome else {
+        return;
+    };
+    let codes: Vec<String> = done.reasons.iter().map(|r| r.code.as_str()).collect();
+    let names: Vec<Option<String>> = done.reasons.iter().map(|r| r.name.clone()).collect();
+    let line = serde_json::json!({
+        "outcome": outcome,
+        "reasons": codes,
+        "names": names,
+        "removed": done.removed,
+        "log": log,
+        "head": done.head,
+    });
+    println!("{line}");
+    for r in &done.reasons {
+        let name = r
+            .name
+            .as_deref()
+            .map(|n| format!(" {n}"))
+            .unwrap_or_default();
+        eprintln!(
+            "rea-stage: {}{}: {}",
+            r.code.as_str(),
+            rea::audit::people::escape(&name),
+            rea::audit::people::escape(&r.detail)
+        );
     }
 }

@@ -254,9 +254,9 @@ fn walk(
     max_listing: usize,
     contents: bool,
     list: bool,
+    visit: &mut dyn FnMut(&[u8], &FileStat),
 ) -> io::Result<Walked> {
     let root = fstat(dirfd)?;
-    let mut nothing = |_: &[u8], _: &FileStat| {};
     let mut w = Walk {
         root_dev: root.st_dev,
         hasher: Sha256::new(),
@@ -268,7 +268,7 @@ fn walk(
         special: Vec::new(),
         special_truncated: false,
         list: list.then(Listing::default),
-        visit: &mut nothing,
+        visit,
     };
     w.dir(dirfd, &mut Vec::new(), 0)?;
     Ok(Walked {
@@ -292,7 +292,13 @@ pub fn inventory_fd(
     dirfd: BorrowedFd<'_>,
     max_listing: usize,
 ) -> io::Result<(Inventory, Vec<TempEntry>)> {
-    let w = walk(dirfd, max_listing, false, false)?;
+    let w = walk(
+        dirfd,
+        max_listing,
+        false,
+        false,
+        &mut |_: &[u8], _: &FileStat| {},
+    )?;
     let mut listing = w.listing;
     for e in w.special {
         if !listing.contains(&e) {
@@ -306,7 +312,7 @@ pub fn inventory_fd(
 /// be a symlink), regular files' bytes included.
 pub fn inventory(path: &Path) -> io::Result<Inventory> {
     let fd = open_dir(path)?;
-    Ok(walk(fd.as_fd(), 0, true, false)?.inventory)
+    Ok(walk(fd.as_fd(), 0, true, false, &mut |_: &[u8], _: &FileStat| {})?.inventory)
 }
 
 /// The staging directory as a record: identity and full inventory from one
@@ -330,6 +336,55 @@ pub fn staging_listed(path: &Path) -> io::Result<(StagingInventoried, Listing)> 
     Ok((inv, list.unwrap_or_default()))
 }
 
+/// [`staging`] of a directory already open as `dirfd` (the descriptor a
+/// caller reached without symlinks and keeps acting through; `path` names
+/// it in the record): what `rea-stage remove` checks against the log.
+pub fn staging_fd(dirfd: BorrowedFd<'_>, path: &Path) -> io::Result<StagingInventoried> {
+    let st = fstat(dirfd)?;
+    let identity = identity_of(&std::path::absolute(path)?, &st);
+    let w = walk(dirfd, 0, true, false, &mut |_: &[u8], _: &FileStat| {})?;
+    Ok(StagingInventoried {
+        identity,
+        inventory: w.inventory,
+        special: w.special,
+        special_truncated: w.special_truncated,
+        unreadable: None,
+    })
+}
+
+/// One entry of a walk as the removal needs it: its path's bytes (relative
+/// to the walked directory, `/` between components) and what `fstatat`
+/// without following a link said it was.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    pub raw: Vec<u8>,
+    pub dev: u64,
+    pub ino: u64,
+    /// `st_mode` (type and permission bits).
+    pub mode: u32,
+}
+
+/// The staging walk of `dirfd` (the same canonical lines, so the same
+/// digest as [`staging`]), and every entry it saw as a [`Node`], in walk
+/// order; at most `max` nodes (`None` past it).
+pub fn staging_nodes(
+    dirfd: BorrowedFd<'_>,
+    max: usize,
+) -> io::Result<(Inventory, Option<Vec<Node>>)> {
+    let mut nodes = Some(Vec::new());
+    let mut keep = |rel: &[u8], st: &FileStat| match &mut nodes {
+        Some(n) if n.len() < max => n.push(Node {
+            raw: rel.to_vec(),
+            dev: st.st_dev,
+            ino: st.st_ino,
+            mode: st.st_mode,
+        }),
+        _ => nodes = None,
+    };
+    let w = walk(dirfd, 0, true, false, &mut keep)?;
+    Ok((w.inventory, nodes))
+}
+
 fn staging_walk(
     path: &Path,
     list: bool,
@@ -337,7 +392,7 @@ fn staging_walk(
     let fd = open_dir(path)?;
     let st = fstat(&fd)?;
     let identity = identity_of(&std::path::absolute(path)?, &st);
-    let w = walk(fd.as_fd(), 0, true, list)?;
+    let w = walk(fd.as_fd(), 0, true, list, &mut |_: &[u8], _: &FileStat| {})?;
     let inv = StagingInventoried {
         identity,
         inventory: w.inventory,

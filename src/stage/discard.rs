@@ -99,7 +99,7 @@ impl Run {
 /// What is known before the log exists. Every look runs in a helper with
 /// a deadline (`src/bounded.rs`): a stuck file system (a FUSE or NFS
 /// server gone) blocks a helper, never the discard.
-enum Before {
+pub(crate) enum Before {
     /// The stage answered (or failed in a way the discard reports itself).
     Ready,
     /// The log would be created inside the stage (its directory, or one
@@ -113,7 +113,7 @@ enum Before {
     StageBlocked(Blocked),
 }
 
-fn before_log(dir: &Path, log_path: &Path, shown: &str) -> Before {
+pub(crate) fn before_log(dir: &Path, log_path: &Path, shown: &str) -> Before {
     let parent = match log_path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

@@ -6,7 +6,11 @@
 //! (`begin`), [`decide`] is the discard decision as a pure function over a
 //! listing, [`inventory`] takes that listing through the stage's descriptor,
 //! [`log`] is the discard's own hash-chained log, [`remove`] the removal,
-//! and [`discard`] puts them together. Nothing here ever signals anything.
+//! and [`discard`] puts them together. `rea-stage remove` (the verified
+//! removal of a stage after a run) has [`remove_decide`] (its decision, a
+//! pure function), [`remove_log`] (its log) and [`remove_tree`] (its
+//! unlinks); it is put together in `crate::audit::stage_remove`, since it
+//! runs verify. Nothing here ever signals anything.
 
 pub mod decide;
 pub mod discard;
@@ -15,6 +19,9 @@ pub mod log;
 pub mod path;
 pub mod receipt;
 pub mod remove;
+pub mod remove_decide;
+pub mod remove_log;
+pub mod remove_tree;
 
 /// The before-transfer receipt's name inside the stage.
 pub const RECEIPT_NAME: &str = ".rea-before-transfer";
