@@ -49,6 +49,7 @@ pub mod reconcile_text;
 pub mod recover_judge;
 pub mod recover_lines;
 pub mod recover_log;
+pub mod remove_log;
 pub mod replay;
 pub mod replay_ask;
 pub mod replay_group;

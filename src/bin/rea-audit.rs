@@ -9,6 +9,7 @@ use rea::audit::people::escape;
 use rea::audit::reconcile::{reconcile, Options as ReconcileOptions, EXIT_ERROR};
 use rea::audit::reconcile_text::human;
 use rea::audit::recover_log::{is_recovery_log, verify_recovery_file, RecoveryOptions};
+use rea::audit::remove_log::{is_remove_log, verify_remove_file};
 use rea::audit::show::write_timeline;
 use rea::audit::stage_log::{is_stage_log, verify_stage_file};
 use rea::audit::verdict::Status;
@@ -332,6 +333,16 @@ fn verify(
             return usage("--staging does not apply to a discard log (rea-stage discard)");
         }
         let v = verify_stage_file(log, expect_head.as_deref(), expect_run.as_deref());
+        if let Err(code) = print_out(json, &v, "verdict", || v.human()) {
+            return code;
+        }
+        return ExitCode::from(v.exit_code as u8);
+    }
+    if is_remove_log(log) {
+        if staging.is_some() {
+            return usage("--staging does not apply to a removal log (rea-stage remove)");
+        }
+        let v = verify_remove_file(log, expect_head.as_deref(), expect_run.as_deref());
         if let Err(code) = print_out(json, &v, "verdict", || v.human()) {
             return code;
         }

@@ -1,0 +1,454 @@
+//! `rea-stage remove` (docs/stage.md, "One verified removal") after a real
+//! watchdog run over a stage with a subdirectory: a clean stage is removed
+//! entry by entry (each recorded) and `rea-audit verify FILE` says
+//! `removed`; a pinned head that differs, a file added after close, a
+//! process holding the stage, a run whose verdict is retain, and bad
+//! arguments remove nothing (every byte compared before and after); an
+//! entry swapped for a symlink to a directory outside while remove runs
+//! (paused deterministically on a FIFO, the documented test hook) stops it
+//! with nothing outside touched.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::harness::{output_within, Scratch, Watchdog, PATIENCE};
+use common::schema::{compile, schema_errors};
+use serde_json::Value;
+
+const PAUSE_UNLINK_ENV: &str = "REA_STAGE_PAUSE_BEFORE_UNLINK";
+const ARMED: &str = ".rea-exec-started";
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A sealed run (closed, positive) whose one job ran `script` with the
+/// stage as `$1`, over the stage as uploaded: `runtime.bin` (the
+/// harness's), `lib/hopper.so` and `a/x.txt`.
+fn sealed_run(script: &str) -> Watchdog {
+    let scratch = Scratch::new();
+    let staging = scratch.path("staging");
+    std::fs::create_dir_all(staging.join("lib")).unwrap();
+    std::fs::create_dir_all(staging.join("a")).unwrap();
+    std::fs::write(staging.join("lib/hopper.so"), b"a library").unwrap();
+    std::fs::write(staging.join("a/x.txt"), b"x").unwrap();
+    let mut w = Watchdog::start_with(scratch, None, &[], |_| {});
+    let out = w.submit(
+        &["--name", "job"],
+        &["/bin/sh", "-c", script, "sh", s(&w.staging)],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert!(w.close().status.success());
+    assert!(w.wait(PATIENCE).success(), "a clean close");
+    w
+}
+
+fn clean_run() -> Watchdog {
+    let w = sealed_run("cat \"$1/lib/hopper.so\" >/dev/null");
+    let (code, v) = w.verify(&["--staging", s(&w.staging)]);
+    assert_eq!(code, 0, "the run allows deletion: {v:#}");
+    w
+}
+
+fn head(w: &Watchdog) -> String {
+    w.head().expect("a sealed head")
+}
+
+fn remove_cmd(w: &Watchdog, head: &str, log: &Path) -> Command {
+    let mut c = Command::new(common::harness::stage_bin());
+    c.args(["remove", s(&w.staging), "--audit-log", s(&w.audit_log)])
+        .args(["--expect-head", head, "--log", s(log)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// `rea-stage remove` → (exit code, its JSON line or null, stderr).
+fn remove(w: &Watchdog, head: &str, log: &Path) -> (i32, Value, String) {
+    let out = output_within(remove_cmd(w, head, log).spawn().unwrap(), PATIENCE);
+    let line = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code().unwrap_or(-1), line, err)
+}
+
+/// Everything under `root` (not following links): type, mode, owner,
+/// links, inode, and the bytes of files / the target of links.
+fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        let t = m.file_type();
+        let what = if t.is_file() {
+            format!("file {:?}", std::fs::read(&p).unwrap())
+        } else if t.is_symlink() {
+            format!("link {:?}", std::fs::read_link(&p).unwrap())
+        } else if t.is_dir() {
+            for e in std::fs::read_dir(&p).unwrap() {
+                todo.push(e.unwrap().path());
+            }
+            "dir".to_string()
+        } else {
+            "special".to_string()
+        };
+        let meta = format!("{:o} {} {} {}", m.mode(), m.uid(), m.nlink(), m.ino());
+        out.insert(p, format!("{meta} {what}"));
+    }
+    out
+}
+
+/// The removal log's records, each checked against remove-record.schema.json.
+fn removal_records(log: &Path) -> Vec<Value> {
+    let v = compile("remove-record");
+    let recs = common::harness::records(log);
+    for r in &recs {
+        let errors = schema_errors(&v, r);
+        assert!(
+            errors.is_empty(),
+            "remove-record.schema.json: {errors:?}\n{r}"
+        );
+    }
+    recs
+}
+
+/// `rea-audit verify FILE --json` → (exit code, verdict), the verdict
+/// checked against remove-verdict.schema.json.
+fn verify_removal(log: &Path) -> (i32, Value) {
+    let out = Command::new(common::harness::audit_bin())
+        .args(["verify", s(log), "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "verify printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let errors = schema_errors(&compile("remove-verdict"), &v);
+    assert!(
+        errors.is_empty(),
+        "remove-verdict.schema.json: {errors:?}\n{v:#}"
+    );
+    (out.status.code().unwrap_or(-1), v)
+}
+
+fn kinds(recs: &[Value]) -> Vec<&str> {
+    recs.iter().map(|r| r["kind"].as_str().unwrap()).collect()
+}
+
+/// The paths of the `entry_removed` records, in order.
+fn removed_paths(recs: &[Value]) -> Vec<String> {
+    recs.iter()
+        .filter(|r| r["kind"] == "entry_removed")
+        .map(|r| r["data"]["path"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn decision(recs: &[Value]) -> &Value {
+    let last = recs.last().expect("a record");
+    assert_eq!(last["kind"], "remove_decided", "{recs:#?}");
+    &last["data"]
+}
+
+/// (code, name) of each reason of the decision.
+fn reasons(d: &Value) -> Vec<(String, String)> {
+    d["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let name = r["name"].as_str().unwrap_or_default().to_string();
+            (r["code"].as_str().unwrap().to_string(), name)
+        })
+        .collect()
+}
+
+/// Removes nothing: exit 1, `refused`, the stage byte for byte as
+/// `before`, and a log that verifies `refused` with those reasons; the
+/// reasons are returned.
+fn assert_refused(
+    w: &Watchdog,
+    head: &str,
+    before: &BTreeMap<PathBuf, String>,
+) -> Vec<(String, String)> {
+    let log = w.scratch.path("remove.jsonl");
+    let (code, line, err) = remove(w, head, &log);
+    assert_eq!(code, 1, "{line} {err}");
+    assert_eq!(line["outcome"], "refused", "{line}");
+    assert_eq!(line["removed"], 0, "{line}");
+    assert_eq!(
+        &snapshot(&w.staging),
+        before,
+        "every entry kept, byte for byte"
+    );
+    let recs = removal_records(&log);
+    assert!(!kinds(&recs).contains(&"remove_approved"), "{recs:#?}");
+    assert!(!kinds(&recs).contains(&"entry_removed"), "{recs:#?}");
+    let d = decision(&recs);
+    assert_eq!(d["removed"], 0);
+    assert_eq!(d["stage_removed"], false);
+    let (vc, v) = verify_removal(&log);
+    assert_eq!((vc, v["result"].as_str()), (1, Some("refused")), "{v:#}");
+    assert_eq!(v["refusals"], d["reasons"], "{v:#}");
+    reasons(d)
+}
+
+#[test]
+fn a_clean_stage_after_a_real_run_is_removed_entry_by_entry() {
+    require_pid_ns!("stage remove");
+    let w = clean_run();
+    let beside = w.scratch.path("beside");
+    std::fs::create_dir_all(beside.join("sub")).unwrap();
+    std::fs::write(beside.join("sub/keep"), b"unrelated").unwrap();
+    let beside_before = snapshot(&beside);
+    let audit_before = std::fs::read(&w.audit_log).unwrap();
+    let log = w.scratch.path("remove.jsonl");
+    let (code, line, err) = remove(&w, &head(&w), &log);
+    assert_eq!(code, 0, "{line} {err}");
+    assert_eq!(line["outcome"], "removed", "{line}");
+    assert!(!w.staging.exists(), "the stage is gone");
+    assert_eq!(
+        snapshot(&beside),
+        beside_before,
+        "the directory beside it is untouched"
+    );
+    assert_eq!(std::fs::read(&w.audit_log).unwrap(), audit_before);
+    let mode = std::fs::metadata(&log).unwrap().mode();
+    assert_eq!(mode & 0o777, 0o600, "the log is private");
+    let recs = removal_records(&log);
+    let k = kinds(&recs);
+    assert_eq!(
+        &k[..3],
+        ["remove_started", "remove_checked", "remove_approved"]
+    );
+    assert_eq!(k.last(), Some(&"remove_decided"));
+    // Deepest first, the watchdog's marker last, then the stage itself.
+    let stage = std::path::absolute(&w.staging).unwrap();
+    assert_eq!(
+        removed_paths(&recs),
+        [
+            "a/x.txt",
+            "lib/hopper.so",
+            "a",
+            "lib",
+            "runtime.bin",
+            ARMED,
+            s(&stage)
+        ]
+    );
+    let checked = &recs[1]["data"];
+    assert_eq!(checked["verdict"]["status"], "delete_allowed");
+    assert_eq!(checked["verdict"]["head"], head(&w).as_str());
+    assert_eq!(recs[2]["data"]["entries"], 6);
+    let d = decision(&recs);
+    assert_eq!(
+        (d["removed"].as_u64(), d["stage_removed"].as_bool()),
+        (Some(6), Some(true))
+    );
+    let (vc, v) = verify_removal(&log);
+    assert_eq!((vc, v["result"].as_str()), (0, Some("removed")), "{v:#}");
+    assert_eq!(v["removed"], 6);
+}
+
+#[test]
+fn a_head_that_is_not_the_pinned_one_removes_nothing() {
+    require_pid_ns!("stage remove");
+    let w = clean_run();
+    let before = snapshot(&w.staging);
+    let r = assert_refused(&w, &"0".repeat(64), &before);
+    assert!(
+        r.contains(&("head_mismatch".into(), String::new())),
+        "{r:?}"
+    );
+    assert!(
+        r.contains(&("verdict".into(), "head_mismatch".into())),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_file_added_after_close_removes_nothing() {
+    require_pid_ns!("stage remove");
+    let w = clean_run();
+    std::fs::write(w.staging.join("lib/late.so"), b"added after the receipt").unwrap();
+    let before = snapshot(&w.staging);
+    let r = assert_refused(&w, &head(&w), &before);
+    assert!(
+        r.contains(&("verdict".into(), "staging_mismatch".into())),
+        "{r:?}"
+    );
+    assert!(r.iter().any(|(c, _)| c == "stage_changed"), "{r:?}");
+}
+
+#[test]
+fn a_process_holding_the_stage_removes_nothing() {
+    require_pid_ns!("stage remove");
+    let w = clean_run();
+    let mut holder = Command::new("/bin/sleep")
+        .arg("120")
+        .current_dir(w.staging.join("lib"))
+        .spawn()
+        .unwrap();
+    let before = snapshot(&w.staging);
+    let r = assert_refused(&w, &head(&w), &before);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(
+        r.contains(&("verdict".into(), "stage_held".into())),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_run_whose_verdict_is_retain_removes_nothing() {
+    require_pid_ns!("stage remove");
+    // The job changes the stage during the run: sealed, intact, retain.
+    let w = sealed_run("echo changed > \"$1/lib/hopper.so\"");
+    let before = snapshot(&w.staging);
+    let r = assert_refused(&w, &head(&w), &before);
+    assert!(
+        r.contains(&("verdict".into(), "stage_changed_during_run".into())),
+        "{r:?}"
+    );
+}
+
+/// The write end of the pause FIFO, once `child` holds its read end (it
+/// is paused there); fails, instead of waiting for ever, when `child`
+/// exits first or does not get there within [`PATIENCE`].
+fn paused(fifo: &Path, child: &mut std::process::Child) -> std::fs::File {
+    use std::os::unix::fs::OpenOptionsExt;
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(fifo);
+        match opened {
+            Ok(f) => return f,
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {}
+            Err(e) => panic!("open {}: {e}", fifo.display()),
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("remove exited ({status}) before it reached the pause hook");
+        }
+        assert!(std::time::Instant::now() < deadline, "remove never paused");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn an_entry_swapped_for_a_symlink_outside_during_removal_stops_it() {
+    require_pid_ns!("stage remove");
+    let w = clean_run();
+    let outside = w.scratch.path("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("hopper.so"), b"not the stage's").unwrap();
+    std::fs::write(outside.join("precious"), b"keep me").unwrap();
+    let outside_before = snapshot(&outside);
+    let fifo = w.scratch.path("pause");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let log = w.scratch.path("remove.jsonl");
+    let mut child = remove_cmd(&w, &head(&w), &log)
+        .env(PAUSE_UNLINK_ENV, &fifo)
+        .spawn()
+        .unwrap();
+    // Opens once remove opened the read end: approved, nothing removed yet.
+    let mut release = paused(&fifo, &mut child);
+    assert!(kinds(&removal_records(&log)).contains(&"remove_approved"));
+    assert!(
+        w.staging.join("a/x.txt").exists(),
+        "nothing removed before the hook"
+    );
+    // lib is moved out and a symlink to the outside directory takes its name.
+    let moved = w.scratch.path("lib-moved");
+    std::fs::rename(w.staging.join("lib"), &moved).unwrap();
+    std::os::unix::fs::symlink(&outside, w.staging.join("lib")).unwrap();
+    std::io::Write::write_all(&mut release, b"x").unwrap();
+    drop(release);
+    let out = output_within(child, PATIENCE);
+    let line: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert_eq!(out.status.code(), Some(2), "{line} {out:?}");
+    assert_eq!(line["outcome"], "stopped", "{line}");
+    assert_eq!(
+        snapshot(&outside),
+        outside_before,
+        "nothing outside is ever removed"
+    );
+    assert_eq!(
+        std::fs::read(moved.join("hopper.so")).unwrap(),
+        b"a library"
+    );
+    assert!(w.staging.join("lib").is_symlink(), "the rest is kept");
+    assert!(w.staging.join("runtime.bin").exists());
+    let recs = removal_records(&log);
+    assert_eq!(
+        removed_paths(&recs),
+        ["a/x.txt"],
+        "the log says what was removed"
+    );
+    let d = decision(&recs);
+    assert_eq!(
+        reasons(d)[0],
+        ("concurrent_change".into(), "lib/hopper.so".into())
+    );
+    assert_eq!(
+        (d["removed"].as_u64(), d["stage_removed"].as_bool()),
+        (Some(1), Some(false))
+    );
+    let (vc, v) = verify_removal(&log);
+    assert_eq!((vc, v["result"].as_str()), (5, Some("stopped")), "{v:#}");
+}
+
+#[test]
+fn bad_arguments_remove_nothing_and_create_no_log() {
+    require_pid_ns!("stage remove");
+    let w = clean_run();
+    let before = snapshot(&w.staging);
+    let h = head(&w);
+    // FILE exists: never appended to.
+    let exists = w.scratch.path("exists.jsonl");
+    std::fs::write(&exists, b"someone else's\n").unwrap();
+    let (code, line, err) = remove(&w, &h, &exists);
+    assert_eq!((code, &line), (4, &Value::Null), "{err}");
+    assert!(err.contains("already exists"), "{err}");
+    assert_eq!(std::fs::read(&exists).unwrap(), b"someone else's\n");
+    // FILE inside DIR.
+    let inside = w.staging.join("remove.jsonl");
+    let (code, _, err) = remove(&w, &h, &inside);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("inside the stage"), "{err}");
+    assert!(!inside.exists());
+    // A head that is not 64 lowercase hex digits.
+    let log = w.scratch.path("remove.jsonl");
+    for bad in ["xyz", &h.to_uppercase(), &h[1..]] {
+        let (code, _, err) = remove(&w, bad, &log);
+        assert_eq!(code, 4, "{bad}: {err}");
+        assert!(!log.exists());
+    }
+    assert_eq!(snapshot(&w.staging), before, "nothing removed");
+    // And then it removes.
+    assert_eq!(remove(&w, &h, &log).0, 0);
+    assert!(!w.staging.exists());
+}
+
+#[test]
+fn the_help_names_removes_exit_codes() {
+    let out = Command::new(common::harness::stage_bin())
+        .args(["remove", "--help"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for want in [
+        "Exit codes (remove):",
+        "2  stopped",
+        "concurrent_change",
+        "--expect-head",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+}
