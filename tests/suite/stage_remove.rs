@@ -27,16 +27,30 @@ fn s(p: &Path) -> &str {
 }
 
 /// A sealed run (closed, positive) whose one job ran `script` with the
-/// stage as `$1`, over the stage as uploaded: `runtime.bin` (the
-/// harness's), `lib/hopper.so` and `a/x.txt`.
+/// stage as `$1`, over a stage made by `rea-stage begin` (its receipt;
+/// the watchdog arms it: `.rea-exec-started`) and uploaded:
+/// `runtime.bin`, `lib/hopper.so` and `a/x.txt`.
 fn sealed_run(script: &str) -> Watchdog {
     let scratch = Scratch::new();
     let staging = scratch.path("staging");
-    std::fs::create_dir_all(staging.join("lib")).unwrap();
-    std::fs::create_dir_all(staging.join("a")).unwrap();
-    std::fs::write(staging.join("lib/hopper.so"), b"a library").unwrap();
-    std::fs::write(staging.join("a/x.txt"), b"x").unwrap();
-    let mut w = Watchdog::start_with(scratch, None, &[], |_| {});
+    let mut w = Watchdog::start_with(scratch, None, &[], |_| {
+        // The harness made a plain staging dir; make it a rea-stage one.
+        std::fs::remove_dir_all(&staging).unwrap();
+        let out = Command::new(common::harness::stage_bin())
+            .args(["begin", s(&staging), "--file", "runtime.bin"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        std::fs::create_dir_all(staging.join("lib")).unwrap();
+        std::fs::create_dir_all(staging.join("a")).unwrap();
+        std::fs::write(staging.join("runtime.bin"), b"native runtime").unwrap();
+        std::fs::write(staging.join("lib/hopper.so"), b"a library").unwrap();
+        std::fs::write(staging.join("a/x.txt"), b"x").unwrap();
+    });
+    assert!(
+        w.staging.join(ARMED).is_file(),
+        "armed before the first spawn"
+    );
     let out = w.submit(
         &["--name", "job"],
         &["/bin/sh", "-c", script, "sh", s(&w.staging)],
@@ -236,6 +250,7 @@ fn a_clean_stage_after_a_real_run_is_removed_entry_by_entry() {
             "a",
             "lib",
             "runtime.bin",
+            ".rea-before-transfer",
             ARMED,
             s(&stage)
         ]
@@ -243,15 +258,15 @@ fn a_clean_stage_after_a_real_run_is_removed_entry_by_entry() {
     let checked = &recs[1]["data"];
     assert_eq!(checked["verdict"]["status"], "delete_allowed");
     assert_eq!(checked["verdict"]["head"], head(&w).as_str());
-    assert_eq!(recs[2]["data"]["entries"], 6);
+    assert_eq!(recs[2]["data"]["entries"], 7);
     let d = decision(&recs);
     assert_eq!(
         (d["removed"].as_u64(), d["stage_removed"].as_bool()),
-        (Some(6), Some(true))
+        (Some(7), Some(true))
     );
     let (vc, v) = verify_removal(&log);
     assert_eq!((vc, v["result"].as_str()), (0, Some("removed")), "{v:#}");
-    assert_eq!(v["removed"], 6);
+    assert_eq!(v["removed"], 7);
 }
 
 #[test]
