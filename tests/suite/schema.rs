@@ -2025,3 +2025,177 @@ mod recovery {
         assert_rejected(&verdict, &r, "another log's kind");
     }
 }
+
+mod removal {
+    use super::*;
+    use rea::audit::remove_log::verify_remove_file;
+    use rea::stage::decide::DirId;
+    use rea::stage::remove_decide::{
+        Code as XCode, LogVerdict, Refusal as XRefusal, VerdictReason, Walked,
+    };
+    use rea::stage::remove_log::{
+        EntryRemoved, Outcome as XOutcome, RemoveApproved, RemoveChecked, RemoveDecided,
+        RemoveEvent, RemoveLog, RemoveStarted, What, KINDS as XKINDS,
+    };
+
+    /// Every removal code; the `match` stops compiling when one is added.
+    fn all_codes() -> Vec<XCode> {
+        use XCode::*;
+        let all = vec![
+            StageUnreachable,
+            Verdict,
+            HeadMismatch,
+            NotSealed,
+            NoStageRecorded,
+            IdentityMismatch,
+            StageChanged,
+            OtherFilesystem,
+            TooManyEntries,
+            ConcurrentChange,
+            IoError,
+            MoreRefusals,
+        ];
+        for c in &all {
+            match c {
+                StageUnreachable | Verdict | HeadMismatch | NotSealed | NoStageRecorded
+                | IdentityMismatch | StageChanged | OtherFilesystem | TooManyEntries
+                | ConcurrentChange | IoError | MoreRefusals => {}
+            }
+        }
+        all
+    }
+
+    /// A removal that was approved and stopped after one entry: every kind.
+    fn every_event() -> Vec<RemoveEvent> {
+        let id = DirId {
+            dev: 1,
+            ino: 2,
+            uid: 1000,
+            mode: 0o40700,
+        };
+        let (head, digest) = ("a".repeat(64), "d".repeat(64));
+        vec![
+            RemoveEvent::Started(RemoveStarted {
+                version: "0".into(),
+                stage: "/srv/stage".into(),
+                identity: Some(id),
+                audit_log: "/srv/audit.jsonl".into(),
+                expect_head: head.clone(),
+                uid: 1000,
+                pid: 42,
+            }),
+            RemoveEvent::Checked(RemoveChecked {
+                verdict: LogVerdict {
+                    status: "delete_allowed".into(),
+                    sealed: true,
+                    run: Some("run-1".into()),
+                    head: Some(head),
+                    staging: Some(id),
+                    digest: Some(digest.clone()),
+                    reasons: vec![VerdictReason {
+                        code: "x".into(),
+                        detail: "listed, not deciding".into(),
+                    }],
+                },
+                walked: Some(Walked {
+                    digest: digest.clone(),
+                    entries: 2,
+                    other_dev: Vec::new(),
+                    too_many: false,
+                }),
+                walk_error: None,
+            }),
+            RemoveEvent::Approved(RemoveApproved { entries: 2, digest }),
+            RemoveEvent::Removed(EntryRemoved {
+                path: "lib/hopper.so".into(),
+                what: What::File,
+                dev: 1,
+                ino: 7,
+            }),
+            RemoveEvent::Decided(RemoveDecided {
+                outcome: XOutcome::Stopped,
+                reasons: vec![XRefusal::new(
+                    XCode::ConcurrentChange,
+                    Some("lib"),
+                    "lib is a symlink now",
+                )],
+                removed: 1,
+                stage_removed: false,
+            }),
+        ]
+    }
+
+    #[test]
+    fn the_removal_schema_lists_exactly_its_kinds_and_codes() {
+        let s = load_schema("remove-record");
+        let variants: Vec<&str> = s["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["properties"]["kind"]["const"].as_str().unwrap())
+            .collect();
+        assert_eq!(variants, XKINDS);
+        let listed: Vec<&str> = s["properties"]["kind"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(listed, XKINDS);
+        let codes: Vec<String> = s["$defs"]["code"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        let ours: Vec<String> = all_codes().iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            codes, ours,
+            "the schema's codes are the library's, in order"
+        );
+        let v = load_schema("remove-verdict");
+        assert_eq!(v["$defs"]["code"], s["$defs"]["code"]);
+        assert_eq!(v["$defs"]["refusal"], s["$defs"]["refusal"]);
+        // Routing is by the first record's kind: no kind of another log.
+        for k in XKINDS {
+            assert!(!KINDS.contains(k), "{k}");
+            assert!(!rea::stage::log::KINDS.contains(k), "{k}");
+            assert!(!rea::kinds::recovery::KINDS.contains(k), "{k}");
+        }
+    }
+
+    #[test]
+    fn every_removal_kind_written_by_the_library_matches_the_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("remove.jsonl");
+        let events = every_event();
+        let mut log = RemoveLog::create(&path, "remove-schema.1").unwrap();
+        let (last, body) = events.split_last().unwrap();
+        for e in body {
+            log.record(e).unwrap();
+        }
+        log.seal(last).unwrap();
+        let rec = common::schema::compile("remove-record");
+        let lines = log_values(&path);
+        assert_eq!(lines.len(), XKINDS.len());
+        for (i, v) in lines.iter().enumerate() {
+            let errors = schema_errors(&rec, v);
+            assert!(errors.is_empty(), "line {}: {errors:#?}\n{v}", i + 1);
+        }
+        let mut r = lines[3].clone();
+        r["data"]["what"] = json!("receipt");
+        assert_rejected(&rec, &r, "a discard log's removal kind");
+        let verdict = common::schema::compile("remove-verdict");
+        let v = serde_json::to_value(verify_remove_file(&path, None, None)).unwrap();
+        let errors = schema_errors(&verdict, &v);
+        assert!(errors.is_empty(), "{errors:#?}\n{v:#}");
+        assert_eq!(
+            (v["result"].as_str(), v["exit_code"].as_i64()),
+            (Some("stopped"), Some(5)),
+            "{v:#}"
+        );
+        let mut r = v.clone();
+        r["log_kind"] = json!("stage_discard");
+        assert_rejected(&verdict, &r, "another log's kind");
+    }
+}

@@ -310,8 +310,9 @@ fn a_process_holding_the_stage_removes_nothing() {
         .unwrap();
     let before = snapshot(&w.staging);
     let r = assert_refused(&w, &head(&w), &before);
-    holder.kill().unwrap();
-    holder.wait().unwrap();
+    // Our own child, through its handle's pidfd; reaped.
+    common::harness::signal_child(&holder, nix::sys::signal::Signal::SIGKILL);
+    common::harness::wait_child(&mut holder, PATIENCE);
     assert!(
         r.contains(&("verdict".into(), "stage_held".into())),
         "{r:?}"
