@@ -73,7 +73,11 @@ fn man_pages_render_and_cover_every_subcommand() {
             &["verify", "show", "reconcile", "holders"],
             &["--expect-head", "--staging", "--generate"],
         ),
-        (stage_bin(), &["begin", "discard"], &["--generate"]),
+        (
+            stage_bin(),
+            &["begin", "discard", "remove"],
+            &["--generate", "--expect-head"],
+        ),
     ];
     for (bin, subs, options) in pages {
         let (text, warnings) = render(&generate(bin, "man"));
