@@ -40,6 +40,17 @@ run, genesis, canonical lines, the decision last, agreeing with the records):
   3  tampered        chain, sequence, run, order or the decision do not hold
   4  error           the log could not be read, or the command line is wrong
 
+A removal log (written by rea-stage remove; its first record is
+remove_started) is recognised and checked the same strict way; its decision
+is run again on the verdict and the walk it recorded (docs/stage.md):
+  0  removed         intact; every check held, every entry and the stage gone
+  1  refused         intact; a check failed, nothing was removed
+  2  incomplete      torn last line or no decision: the removal did not finish
+  3  tampered        chain, sequence, run, order or the decision do not hold
+  4  error           the log could not be read, or the command line is wrong
+  5  stopped         intact; removal began and stopped on a change or an I/O
+                     error, the rest kept (the log names what was removed)
+
 A recovery log (written by rea-watchdog recover; its first record is
 recovery_started) is recognised too and checked the same strict way; the
 recovery's decision is run again on the facts it recorded. The verdict has

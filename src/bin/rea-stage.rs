@@ -46,7 +46,9 @@ Test hooks: REA_STAGE_PAUSE_BEFORE_RMDIR=FIFO makes discard read one byte from
 FIFO right before its final rmdir (tests use it to change the stage at that
 exact point). REA_STAGE_PAUSE_BEFORE_UNLINK=FIFO does the same right after
 discard created .rea-discarding, before it looks for .rea-exec-started (so
-before its first unlink). They can only delay: every check after runs as it would.
+before its first unlink); remove reads it after remove_approved is durable,
+before its first unlink, and the RMDIR one before its final rmdir. They can
+only delay: every check after runs as it would.
 
 Exit codes (remove):
   0  removed    the log's verdict is delete_allowed for exactly this stage, the
@@ -81,7 +83,10 @@ other way round and refuses to start. It is removed last, before the rmdir.";
 naming the files an upload may create; the controller keeps the receipt's SHA-256 as it pins \
 a head. If the upload fails before any exec, rea-stage discard removes the stage, and only if \
 it is exactly that stage, unarmed (no rea-watchdog ran there), holding nothing but declared \
-regular files of ours with one link each, and held by no process, mount or loop device. Anything else is refused and nothing is deleted.",
+regular files of ours with one link each, and held by no process, mount or loop device. Anything else is refused and nothing is deleted. \
+After a run, rea-stage remove deletes the stage instead of rm -rf: only when the run's audit log, \
+its head pinned, says delete_allowed for exactly that stage, checked through the descriptor it \
+then deletes through.",
     after_help = EXIT_HELP,
     args_conflicts_with_subcommands = true,
     arg_required_else_help = true

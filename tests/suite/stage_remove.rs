@@ -468,3 +468,43 @@ fn the_help_names_removes_exit_codes() {
         assert!(text.contains(want), "{want}: {text}");
     }
 }
+
+/// A refused removal's log made to claim `removed` (the reasons dropped,
+/// re-chained: every hash holds) does not verify: the decision is run
+/// again on the recorded verdict. Cut before its decision it is incomplete.
+#[test]
+fn a_forged_removed_decision_is_tampered_and_a_cut_log_incomplete() {
+    require_pid_ns!("stage remove");
+    let w = clean_run();
+    let log = w.scratch.path("remove.jsonl");
+    assert_eq!(remove(&w, &"0".repeat(64), &log).0, 1);
+    let run = removal_records(&log)[0]["run"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut lines = common::logs::read_lines(&log);
+    let last = String::from_utf8(lines.pop().unwrap()).unwrap();
+    let (a, b) = (
+        last.find("\"reasons\":[").unwrap(),
+        last.find("],\"removed\"").unwrap(),
+    );
+    let forged = format!("{}\"reasons\":[{}", &last[..a], &last[b..])
+        .replace("\"outcome\":\"refused\"", "\"outcome\":\"removed\"");
+    assert_ne!(forged, last);
+    lines.push(forged.into_bytes());
+    common::logs::rechain(&mut lines, &run, 0);
+    let path = w.scratch.path("forged.jsonl");
+    common::logs::write_lines(&path, &lines);
+    let (code, v) = verify_removal(&path);
+    assert_eq!((code, v["result"].as_str()), (3, Some("tampered")), "{v:#}");
+    assert!(v.to_string().contains("decision_mismatch"), "{v:#}");
+    lines.pop();
+    let cut = w.scratch.path("cut.jsonl");
+    common::logs::write_lines(&cut, &lines);
+    let (code, v) = verify_removal(&cut);
+    assert_eq!(
+        (code, v["result"].as_str()),
+        (2, Some("incomplete")),
+        "{v:#}"
+    );
+}
