@@ -1,6 +1,6 @@
 //! The verdict of whichever verifier fits the log (a watchdog's log, a
-//! discard log written by `rea-stage discard`, a recovery log written by
-//! `rea-watchdog recover`), run on a reader, as `verify --json` prints it.
+//! discard log written by `rea-stage discard`, a removal log written by
+//! `rea-stage remove`, a recovery log written by `rea-watchdog recover`), run on a reader, as `verify --json` prints it.
 //! `rea-audit report` and `rea-audit show` judge a log through it, on the
 //! bytes their one descriptor reads ([`super::passes`]).
 //!
@@ -17,6 +17,7 @@ use serde::Serialize;
 use super::recover_log::{
     is_recovery_start, verify_recovery_reader, RecoveryOptions, RecoveryVerdict,
 };
+use super::remove_log::{is_remove_start, verify_remove_reader, RemoveVerdict};
 use super::stage_log::{is_stage_start, verify_stage_reader, StageVerdict};
 use super::verdict::Verdict;
 use super::verify::{verify_reader, VerifyOptions};
@@ -27,6 +28,8 @@ pub enum LogKind {
     Watchdog,
     Discard,
     Recovery,
+    /// A removal log (`rea-stage remove`).
+    Removal,
 }
 
 /// The verdict of whichever verifier read the log, typed.
@@ -36,6 +39,7 @@ pub enum Checked {
     Watchdog(Verdict),
     Discard(StageVerdict),
     Recovery(RecoveryVerdict),
+    Removal(RemoveVerdict),
 }
 
 /// One reason, whichever verifier gave it: its code as `--json` spells
@@ -61,6 +65,7 @@ impl Checked {
             Checked::Watchdog(_) => LogKind::Watchdog,
             Checked::Discard(_) => LogKind::Discard,
             Checked::Recovery(_) => LogKind::Recovery,
+            Checked::Removal(_) => LogKind::Removal,
         }
     }
 
@@ -70,6 +75,7 @@ impl Checked {
             Checked::Watchdog(v) => v.exit_code,
             Checked::Discard(v) => v.exit_code,
             Checked::Recovery(v) => v.exit_code,
+            Checked::Removal(v) => v.exit_code,
         }
     }
 
@@ -84,6 +90,7 @@ impl Checked {
             Checked::Watchdog(v) => v.head.as_deref(),
             Checked::Discard(v) => v.head.as_deref(),
             Checked::Recovery(v) => v.head.as_deref(),
+            Checked::Removal(v) => v.head.as_deref(),
         }
     }
 
@@ -92,6 +99,7 @@ impl Checked {
             Checked::Watchdog(v) => v.run.as_deref(),
             Checked::Discard(v) => v.run.as_deref(),
             Checked::Recovery(v) => v.run.as_deref(),
+            Checked::Removal(v) => v.run.as_deref(),
         }
     }
 
@@ -101,6 +109,7 @@ impl Checked {
             Checked::Watchdog(v) => v.records,
             Checked::Discard(v) => v.records,
             Checked::Recovery(v) => v.records,
+            Checked::Removal(v) => v.records,
         }
     }
 
@@ -111,6 +120,7 @@ impl Checked {
             Checked::Watchdog(v) => Some(v.sealed),
             Checked::Discard(_) => None,
             Checked::Recovery(v) => Some(v.sealed),
+            Checked::Removal(_) => None,
         }
     }
 
@@ -121,6 +131,7 @@ impl Checked {
             Checked::Watchdog(v) => spelled(&v.verdict),
             Checked::Discard(v) => spelled(&v.result),
             Checked::Recovery(v) => spelled(&v.verdict),
+            Checked::Removal(v) => spelled(&v.result),
         }
     }
 
@@ -131,6 +142,7 @@ impl Checked {
             Checked::Watchdog(v) => spelled(&v.status),
             Checked::Discard(v) => spelled(&v.result),
             Checked::Recovery(v) => spelled(&v.status),
+            Checked::Removal(v) => spelled(&v.result),
         }
     }
 
@@ -138,6 +150,7 @@ impl Checked {
     pub fn stage(&self) -> Option<&str> {
         match self {
             Checked::Discard(v) => v.stage.as_deref(),
+            Checked::Removal(v) => v.stage.as_deref(),
             _ => None,
         }
     }
@@ -169,6 +182,16 @@ impl Checked {
                 .reasons
                 .iter()
                 .map(|r| line(spelled(&r.code), r.line, &r.detail))
+                .collect(),
+            Checked::Removal(v) => v
+                .problems
+                .iter()
+                .map(|p| line(spelled(&p.code), p.line, &p.detail))
+                .chain(
+                    v.refusals
+                        .iter()
+                        .map(|r| line(spelled(&r.code), None, &r.detail)),
+                )
                 .collect(),
         }
     }
@@ -208,6 +231,13 @@ pub fn check<R: Read>(
             expect_head,
             None,
         )));
+    }
+    if is_remove_start(first) {
+        if staging.is_some() {
+            return Err(StagingForDiscardLog);
+        }
+        let v = verify_remove_reader(log, name, expect_head, None);
+        return Ok(Checked::Removal(v));
     }
     if is_recovery_start(first) {
         let opts = RecoveryOptions {

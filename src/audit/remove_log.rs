@@ -15,7 +15,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::reader::{open_log, read_lines, OpenError, Piece};
+use super::reader::{open_log, read_lines, OpenError, Piece, Wire};
 use super::stage_log::{Finding, Problem, StageResult};
 use crate::log::MAX_LINE;
 use crate::stage::remove_decide::{decide, Code, Facts, Refusal};
@@ -433,4 +433,34 @@ impl RemoveVerdict {
         }
         s.lines().map(|l| super::people::escape(l) + "\n").collect()
     }
+}
+
+/// What one record of a removal log says, for `rea-audit show` (`None`:
+/// not one; show prints its seq, time and kind itself).
+pub(crate) fn show_line(w: &Wire) -> Option<String> {
+    let ev = RemoveEvent::parse(&w.kind, w.data.get())?.ok()?;
+    let what = match &ev {
+        RemoveEvent::Started(s) => format!(
+            "stage {} log {} head {}",
+            s.stage, s.audit_log, s.expect_head
+        ),
+        RemoveEvent::Checked(k) => {
+            let walk = match (&k.walked, &k.walk_error) {
+                (Some(w), _) => format!("walk {} entries, digest {}", w.entries, w.digest),
+                (None, e) => format!("walk failed: {}", e.as_deref().unwrap_or("?")),
+            };
+            format!(
+                "verdict {} ({} reasons); {walk}",
+                k.verdict.status,
+                k.verdict.reasons.len()
+            )
+        }
+        RemoveEvent::Approved(a) => format!("removing {} entries (digest {})", a.entries, a.digest),
+        RemoveEvent::Removed(r) => format!("removed {:?} {} (inode {})", r.what, r.path, r.ino),
+        RemoveEvent::Decided(d) => {
+            let codes: Vec<String> = d.reasons.iter().map(|r| r.code.as_str()).collect();
+            format!("{:?} {}", d.outcome, codes.join(", "))
+        }
+    };
+    Some(what)
 }

@@ -267,6 +267,15 @@ fn a_clean_stage_after_a_real_run_is_removed_entry_by_entry() {
     let (vc, v) = verify_removal(&log);
     assert_eq!((vc, v["result"].as_str()), (0, Some("removed")), "{v:#}");
     assert_eq!(v["removed"], 7);
+    // show judges it with the removal log's verifier and says each record.
+    let shown = Command::new(common::harness::audit_bin())
+        .args(["show", s(&log)])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert_eq!(shown.status.code(), Some(0), "{text}");
+    assert!(text.contains("removed File lib/hopper.so"), "{text}");
+    assert!(text.contains("Removed"), "{text}");
 }
 
 #[test]

@@ -92,6 +92,10 @@ impl Identity {
                 row(&mut t, "kind", "discard log (rea-stage discard)");
                 row(&mut t, "stage", &text(v.stage.as_deref().unwrap_or("?")));
             }
+            Checked::Removal(v) => {
+                row(&mut t, "kind", "removal log (rea-stage remove)");
+                row(&mut t, "stage", &text(v.stage.as_deref().unwrap_or("?")));
+            }
             Checked::Recovery(v) => {
                 row(&mut t, "kind", "recovery log (rea-watchdog recover)");
                 row(

@@ -163,7 +163,11 @@ fn disagrees(c: &Checked, facts: &Facts, verify_newlines: Option<u64>) -> Option
 fn not_watchdog(kind: LogKind) -> String {
     format!(
         "<p class=\"note\">A {} log: it records no job and no stop; its records are in the table below.</p>\n",
-        if kind == LogKind::Discard { "discard" } else { "recovery" }
+        match kind {
+            LogKind::Discard => "discard",
+            LogKind::Removal => "removal",
+            _ => "recovery",
+        }
     )
 }
 

@@ -63,6 +63,7 @@ pub fn banner(c: &Checked, cx: &Context) -> String {
             LogKind::Watchdog => "",
             LogKind::Discard => " (a discard log, written by rea-stage discard)",
             LogKind::Recovery => " (a recovery log, written by rea-watchdog recover)",
+            LogKind::Removal => " (a removal log, written by rea-stage remove)",
         }
     );
     if code == 3 {
