@@ -517,3 +517,37 @@ fn a_forged_removed_decision_is_tampered_and_a_cut_log_incomplete() {
         "{v:#}"
     );
 }
+
+/// DIR named through a symlink is never followed: refused
+/// (`stage_unreachable`), nothing removed; a stage replaced by another
+/// directory at its name is refused too (`identity_mismatch`).
+#[test]
+fn a_symlinked_or_replaced_stage_removes_nothing() {
+    require_pid_ns!("stage remove");
+    let w = clean_run();
+    let before = snapshot(&w.staging);
+    let alias = w.scratch.path("alias");
+    std::os::unix::fs::symlink(&w.staging, &alias).unwrap();
+    let log = w.scratch.path("via-link.jsonl");
+    let out = Command::new(common::harness::stage_bin())
+        .args(["remove", s(&alias), "--audit-log", s(&w.audit_log)])
+        .args(["--expect-head", &head(&w), "--log", s(&log)])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(snapshot(&w.staging), before);
+    let d = decision(&removal_records(&log)).clone();
+    assert_eq!(reasons(&d), [("stage_unreachable".into(), String::new())]);
+    assert_eq!(verify_removal(&log).1["result"], "refused");
+    // The stage moved aside, an empty directory in its place.
+    let aside = w.scratch.path("staging-aside");
+    std::fs::rename(&w.staging, &aside).unwrap();
+    std::fs::create_dir(&w.staging).unwrap();
+    let r = assert_refused(&w, &head(&w), &snapshot(&w.staging));
+    assert!(r.iter().any(|(c, _)| c == "identity_mismatch"), "{r:?}");
+    assert_eq!(
+        snapshot(&aside).len(),
+        before.len(),
+        "the real stage is whole"
+    );
+}
