@@ -429,6 +429,34 @@ fn an_entry_swapped_for_a_symlink_outside_during_removal_stops_it() {
 }
 
 #[test]
+fn an_entry_added_during_removal_is_never_forced() {
+    require_pid_ns!("stage remove");
+    let w = clean_run();
+    let fifo = w.scratch.path("pause");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let log = w.scratch.path("remove.jsonl");
+    let mut child = remove_cmd(&w, &head(&w), &log)
+        .env(PAUSE_UNLINK_ENV, &fifo)
+        .spawn()
+        .unwrap();
+    let mut release = paused(&fifo, &mut child);
+    std::fs::write(w.staging.join("lib/late.so"), b"written during removal").unwrap();
+    std::io::Write::write_all(&mut release, b"x").unwrap();
+    drop(release);
+    let out = output_within(child, PATIENCE);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(
+        std::fs::read(w.staging.join("lib/late.so")).unwrap(),
+        b"written during removal"
+    );
+    let recs = removal_records(&log);
+    assert_eq!(removed_paths(&recs), ["a/x.txt", "lib/hopper.so", "a"]);
+    let d = decision(&recs);
+    assert_eq!(reasons(d), [("concurrent_change".into(), "lib".into())]);
+    assert_eq!(verify_removal(&log).0, 5);
+}
+
+#[test]
 fn bad_arguments_remove_nothing_and_create_no_log() {
     require_pid_ns!("stage remove");
     let w = clean_run();
