@@ -219,8 +219,8 @@ pub fn check<R: Read>(
     }
     let opts = VerifyOptions {
         expect_head: expect_head.map(str::to_string),
-        expect_run: None,
         staging: staging.cloned(),
+        ..VerifyOptions::default()
     };
     Ok(Checked::Watchdog(verify_reader(log, name, &opts)))
 }

@@ -35,6 +35,9 @@ pub struct VerifyOptions {
     pub expect_head: Option<String>,
     pub expect_run: Option<String>,
     pub staging: Option<PathBuf>,
+    /// The content digest the controller computed before the upload
+    /// (`rea-stage manifest --digest`): the stage's baseline must have it.
+    pub expect_stage_digest: Option<String>,
 }
 
 /// Verifies the log at `path`. Never fails: an unreadable log is a verdict.
@@ -303,13 +306,7 @@ impl Checker {
                 ),
             }
         }
-        if !has_receipt {
-            self.rs.push(
-                Code::NoReceipt,
-                None,
-                "no receipt: the watchdog did not finish (lost, killed, or the log was cut)",
-            );
-        }
+        self.unsealed(has_receipt, tail_len);
         let receipt = self.last_receipt.take();
         v.sealed = receipt.is_some() && tail_len == 0;
 
@@ -332,6 +329,32 @@ impl Checker {
         }
         v.reasons = self.rs.0;
         v.finish()
+    }
+}
+
+impl Checker {
+    /// A log without a receipt: cut short or lost (`no_receipt`), unless
+    /// it ends in `start_refused`, which is complete as it is; and a
+    /// receipt after `start_refused`, which the watchdog never writes.
+    fn unsealed(&mut self, has_receipt: bool, tail_len: u64) {
+        let refused = self.replay.refused().is_some();
+        if has_receipt && refused {
+            self.rs.push(
+                Code::ReplayMismatch,
+                None,
+                "a receipt after start_refused (the watchdog writes nothing after it)",
+            );
+        } else if refused && tail_len == 0 {
+            for r in self.replay.finish_refused() {
+                self.rs.push(r.code, r.line, r.detail);
+            }
+        } else if !has_receipt {
+            self.rs.push(
+                Code::NoReceipt,
+                None,
+                "no receipt: the watchdog did not finish (lost, killed, or the log was cut)",
+            );
+        }
     }
 }
 
@@ -427,6 +450,7 @@ fn judge(
         rs.push(Code::StageUnreadable, None, format!("at close: {why}"));
     }
     during_run(replay, rc, rs);
+    as_uploaded(replay, opts, rs);
     match (&opts.staging, &rc.staging) {
         (Some(path), None) => rs.push(
             Code::StagingNotRecorded,
@@ -484,6 +508,23 @@ fn judge(
 /// at close as at start, and (docs/stage.md) its inventory at close equal
 /// to its baseline. The two recorded digests decide; the `staging_changed`
 /// record names the entries, one reason each.
+/// `--expect-stage-digest`: the stage the run started with holds what the
+/// controller uploaded.
+fn as_uploaded(replay: &Replay, opts: &VerifyOptions, rs: &mut Reasons) {
+    let Some(want) = &opts.expect_stage_digest else {
+        return;
+    };
+    let detail = match replay.baseline().map(|b| &b.content) {
+        Some(Some(c)) if c == want => return,
+        Some(Some(c)) => format!("the stage at start has content digest {c}, expected {want}"),
+        Some(None) => {
+            format!("the stage at start had too many entries for a content digest, expected {want}")
+        }
+        None => format!("the log has no baseline of a stage, expected content digest {want}"),
+    };
+    rs.push(Code::StageDigestMismatch, None, detail);
+}
+
 fn during_run(replay: &Replay, rc: &Receipt, rs: &mut Reasons) {
     let start_staging = replay.start().and_then(|s| s.staging.as_ref());
     let (Some(at_start), Some(sealed)) = (start_staging, &rc.staging) else {

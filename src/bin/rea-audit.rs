@@ -154,6 +154,12 @@ enum Cmd {
         /// receipt names, unchanged since.
         #[arg(long, value_name = "DIR")]
         staging: Option<PathBuf>,
+        /// The content digest of what the controller uploaded, computed
+        /// before the upload (`rea-stage manifest --digest FILE...`): the
+        /// stage the run started with must hold exactly that
+        /// (stage_digest_mismatch otherwise; docs/stage.md).
+        #[arg(long, value_name = "HEX")]
+        expect_stage_digest: Option<String>,
         /// Print the verdict object (audit-schema/verdict.schema.json).
         #[arg(long)]
         json: bool,
@@ -251,8 +257,18 @@ fn main() -> ExitCode {
             expect_head,
             expect_run,
             staging,
+            expect_stage_digest,
             json,
-        } => verify(&log, expect_head, expect_run, staging, json),
+        } => verify(
+            &log,
+            VerifyOptions {
+                expect_head,
+                expect_run,
+                staging,
+                expect_stage_digest,
+            },
+            json,
+        ),
         Cmd::Reconcile {
             log,
             state_dir,
@@ -310,17 +326,25 @@ fn print_out<T: serde::Serialize>(
 
 /// `verify LOG`: the verifier of the log's kind (discard, recovery or the
 /// watchdog's), its verdict printed, its exit code.
-fn verify(
-    log: &std::path::Path,
-    expect_head: Option<String>,
-    expect_run: Option<String>,
-    staging: Option<std::path::PathBuf>,
-    json: bool,
-) -> ExitCode {
-    if let Some(h) = &expect_head {
+fn verify(log: &std::path::Path, opts: VerifyOptions, json: bool) -> ExitCode {
+    if let Some(h) = &opts.expect_head {
         if !is_digest(h) {
             return usage("--expect-head must be 64 lowercase hex digits");
         }
+    }
+    if let Some(h) = &opts.expect_stage_digest {
+        if !is_digest(h) {
+            return usage("--expect-stage-digest must be 64 lowercase hex digits");
+        }
+    }
+    let VerifyOptions {
+        expect_head,
+        expect_run,
+        staging,
+        expect_stage_digest,
+    } = opts;
+    if expect_stage_digest.is_some() && (is_stage_log(log) || is_recovery_log(log)) {
+        return usage("--expect-stage-digest applies to a watchdog's audit log only");
     }
     if let Some(r) = &expect_run {
         if !is_token(r) {
@@ -353,6 +377,7 @@ fn verify(
         expect_head,
         expect_run,
         staging,
+        expect_stage_digest,
     };
     let v = verify_file(log, &opts);
     if v.status == Status::Error {

@@ -6,13 +6,15 @@
 //! (`begin`), [`decide`] is the discard decision as a pure function over a
 //! listing, [`inventory`] takes that listing through the stage's descriptor,
 //! [`log`] is the discard's own hash-chained log, [`remove`] the removal,
-//! and [`discard`] puts them together. Nothing here ever signals anything.
+//! and [`discard`] puts them together; [`pinned`] is the expected content
+//! (the receipt's pins, the manifest). Nothing here ever signals anything.
 
 pub mod decide;
 pub mod discard;
 pub mod inventory;
 pub mod log;
 pub mod path;
+pub mod pinned;
 pub mod receipt;
 pub mod remove;
 

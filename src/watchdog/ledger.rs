@@ -18,7 +18,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::contain::{choice::Contained, group::ActionGroup};
-use crate::kinds::watchdog::AuditWriter;
+use crate::kinds::watchdog::{AuditWriter, StartRefused};
 use crate::kinds::watchdog::{
     Counts, Event, ForeignMember, MappingUncertain, Proc, ReplyFailed, RequestRefused,
     RequestsRefused,
@@ -230,7 +230,7 @@ impl Ledger {
         &mut self,
         first: [Event; 2],
         contained: Option<Contained>,
-        then: impl FnOnce() -> Result<Vec<Event>, String>,
+        then: impl FnOnce() -> Result<Vec<Event>, StartRefused>,
     ) -> Result<Option<ActionGroup>, String> {
         let (third, group) = match contained {
             Some(c) => (Some(Event::Containment(c.record)), c.group),
@@ -241,7 +241,17 @@ impl Ledger {
             self.counts.add(ev);
         }
         self.audit.sync().map_err(|e| e.to_string())?;
-        for ev in then()? {
+        let events = match then() {
+            Ok(events) => events,
+            Err(refused) => {
+                // The log's last record: why nothing was launched.
+                let text = refused.to_string();
+                let ev = Event::StartRefused(refused);
+                self.audit.record(&ev).map_err(|e| format!("{text}; {e}"))?;
+                return Err(text);
+            }
+        };
+        for ev in events {
             self.audit.record(&ev).map_err(|e| e.to_string())?;
             self.counts.add(&ev);
         }

@@ -1123,6 +1123,7 @@ mod decision {
                 },
                 receipt_ino: 2,
                 files: vec!["a".into(), "b".into(), "c".into()],
+                sha256: Default::default(),
                 nonce: "0".repeat(64),
                 ts: "2026-12-01T00:00:00Z".into(),
             })),
