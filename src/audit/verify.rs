@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use super::reader::{open_log, OpenError};
 use super::replay::Replay;
 use super::rules;
-use super::stage_held;
+use super::stage::held as stage_held;
 use super::summary;
 use super::verdict::{Code, Reason, Status, Verdict};
 use crate::bounded::Failure;

@@ -1,0 +1,7 @@
+//! The stage as the verifier sees it (docs/stage.md): [`held`], the holder
+//! scan at verification time (`stage_held`), and [`log`], `rea-audit
+//! verify` for a discard log (`rea-stage discard`). The stage's own code
+//! (inventory, decision, removal) is `crate::stage`; this is its check.
+
+pub mod held;
+pub mod log;
