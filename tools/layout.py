@@ -27,15 +27,11 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 MAX_LINES = 600
 LIMITS = {"watchdog/action.rs": 400}
 MAX_FN_LINES = 100
-# Functions over the cap when the check came in, each with its length then
-# as its ceiling: one may shrink (then lower or drop its row), never grow,
-# and no other function may pass the cap. Empty is the goal.
-FN_CEILINGS = {
-    "audit/verify.rs:judge": 147,
-    "stage/decide.rs:decide": 105,
-    "stage/discard.rs:discard": 157,
-    "watchdog/stop/sweep.rs:sweep": 124,
-}
+# Functions allowed over the cap, each with its length as a ceiling it may
+# not pass ("path:fn": lines). Empty: the four that were listed when the
+# check came in were split by idea (issue 28). A row is a debt, not a
+# licence; keep it empty.
+FN_CEILINGS = {}
 
 # Bottom first: a folder may import folders of lower layers only.
 LAYERS = [

@@ -21,7 +21,7 @@ use super::verdict::{Code, Reason, Status, Verdict};
 use crate::bounded::Failure;
 use crate::holders::HolderScan;
 use crate::inventory;
-use crate::kinds::watchdog::{Event, Outcome, Receipt, StopReason};
+use crate::kinds::watchdog::{Event, Outcome, Receipt, StagingInventoried, StopReason};
 use crate::log::{Chain, MAX_LINE};
 
 const BOM: &[u8] = b"\xef\xbb\xbf";
@@ -341,14 +341,36 @@ fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
 
 /// The verdict table (docs/verdict.md) for an intact, sealed log; the holder scan
 /// of `--staging`, when the stage given is the one sealed, unchanged.
+///
+/// The reasons come in a fixed order (the receipt's claims, the stop's
+/// trigger, the stage at close, during the run, then against `--staging`):
+/// a verdict's reasons list the same way for the same log.
 fn judge(
     replay: &Replay,
     rc: &Receipt,
     opts: &VerifyOptions,
     rs: &mut Reasons,
 ) -> Option<HolderScan> {
-    let stopped_for = |reason| rc.outcome == Outcome::Stopped && rc.stop_reason == Some(reason);
-    if stopped_for(StopReason::AuditFailure) || replay.audit_failure_seen {
+    receipt_claims(replay, rc, rs);
+    stop_trigger(replay, rc, rs);
+    if let Some(why) = rc.staging.as_ref().and_then(|s| s.unreadable.as_ref()) {
+        rs.push(Code::StageUnreadable, None, format!("at close: {why}"));
+    }
+    during_run(replay, rc, rs);
+    against_staging(opts, rc, rs)
+}
+
+/// Whether the receipt says the action was stopped for `reason`.
+fn stopped_for(rc: &Receipt, reason: StopReason) -> bool {
+    rc.outcome == Outcome::Stopped && rc.stop_reason == Some(reason)
+}
+
+/// The reasons in what the receipt and the replay counted: a record not
+/// made durable, descendants not proven gone or not proven the ones
+/// scanned, foreign members left alone, processes that could not be ended,
+/// the temp root left. Each one alone keeps the stage.
+fn receipt_claims(replay: &Replay, rc: &Receipt, rs: &mut Reasons) {
+    if stopped_for(rc, StopReason::AuditFailure) || replay.audit_failure_seen {
         rs.push(
             Code::AuditFailure,
             None,
@@ -394,7 +416,14 @@ fn judge(
             "the private temp root was not removed",
         );
     }
-    if stopped_for(StopReason::MappingRefused) && rc.uncertain_mappings == 0 {
+}
+
+/// The reasons in why the action stopped: a trigger that leaves the
+/// controller's intent unknown (it died, or a hangup came) or says a
+/// descendant could not be proven keeps the stage, whichever trigger came
+/// first.
+fn stop_trigger(replay: &Replay, rc: &Receipt, rs: &mut Reasons) {
+    if stopped_for(rc, StopReason::MappingRefused) && rc.uncertain_mappings == 0 {
         // Not a reason the table lets through: the stop itself says a
         // descendant could not be proven, whatever the count claims.
         rs.push(
@@ -406,7 +435,7 @@ fn judge(
     // The controller may die after another trigger started the stop (say,
     // during the TERM grace): its root_lost is then a later trigger, and
     // its intent is just as unknown.
-    let root_lost = stopped_for(StopReason::RootLost) || replay.root_lost_seen;
+    let root_lost = stopped_for(rc, StopReason::RootLost) || replay.root_lost_seen;
     if root_lost {
         rs.push(
             Code::RootLost,
@@ -416,59 +445,27 @@ fn judge(
     }
     // A hangup (an SSH session ending) neither proves the controller dead
     // nor says it wanted the stage gone: keep it, whichever trigger came first.
-    if stopped_for(StopReason::Hangup) || replay.hangup_seen {
+    if stopped_for(rc, StopReason::Hangup) || replay.hangup_seen {
         rs.push(
             Code::Hangup,
             None,
             "the watchdog got a hangup (SIGHUP): the controller's intent is unknown, so keep the stage",
         );
     }
-    if let Some(why) = rc.staging.as_ref().and_then(|s| s.unreadable.as_ref()) {
-        rs.push(Code::StageUnreadable, None, format!("at close: {why}"));
-    }
-    during_run(replay, rc, rs);
+}
+
+/// The stage given with `--staging` against the one the receipt sealed.
+/// A recorded stage not checked, or checked and not the same, keeps it.
+/// The holder scan's result is returned only when the stage given is the
+/// run's own (changed or not): `None` otherwise.
+fn against_staging(opts: &VerifyOptions, rc: &Receipt, rs: &mut Reasons) -> Option<HolderScan> {
     match (&opts.staging, &rc.staging) {
         (Some(path), None) => rs.push(
             Code::StagingNotRecorded,
             None,
             format!("--staging {} given, but this run recorded no staging directory", path.display()),
         ),
-        (Some(path), Some(sealed)) => match stage_held::look(path, Some(&sealed.identity)) {
-            Ok(seen) if !inventory::same_dir(&seen.now.identity, &sealed.identity) => rs.push(
-                Code::StagingMismatch,
-                None,
-                format!(
-                    "{} is not the staging directory of this run (dev/ino/uid/mode differ)",
-                    path.display()
-                ),
-            ),
-            Ok(seen) => {
-                let now = seen.now;
-                if now.inventory != sealed.inventory || now.special != sealed.special {
-                    rs.push(
-                        Code::StagingMismatch,
-                        None,
-                        format!("{} changed since the receipt (inventory differs)", path.display()),
-                    );
-                }
-                // The stage of this run, changed or not: who holds it now.
-                let scan = seen.scan?;
-                let (found, scan) = stage_held::found(scan);
-                match found {
-                    Ok(found) => {
-                        for f in found {
-                            rs.push(Code::StageHeld, None, f);
-                        }
-                    }
-                    Err(e) => rs.push(Code::HoldersNotScanned, None, e),
-                }
-                return scan;
-            }
-            Err(Failure::Blocked(b)) => rs.push(Code::StageUnreadable, None, b.to_string()),
-            Err(Failure::Failed(e)) => {
-                rs.push(Code::StagingMismatch, None, format!("cannot inventory {}: {e}", path.display()))
-            }
-        },
+        (Some(path), Some(sealed)) => return the_sealed_stage(path, sealed, rs),
         // Closed or stopped alike, a recorded stage is checked or kept.
         (None, Some(_)) => rs.push(
             Code::StagingNotChecked,
@@ -476,6 +473,59 @@ fn judge(
             "the log recorded a staging directory: deletion is allowed only for that exact, unchanged stage; pass --staging DIR",
         ),
         (None, _) => {}
+    }
+    None
+}
+
+/// `path` looked at now against `sealed`, the stage the receipt recorded:
+/// its identity, its inventory, and who holds it. Returns the holder scan
+/// when `path` is that stage (`None` when it is another directory, could
+/// not be inventoried, or its scan did not run).
+fn the_sealed_stage(
+    path: &Path,
+    sealed: &StagingInventoried,
+    rs: &mut Reasons,
+) -> Option<HolderScan> {
+    match stage_held::look(path, Some(&sealed.identity)) {
+        Ok(seen) if !inventory::same_dir(&seen.now.identity, &sealed.identity) => rs.push(
+            Code::StagingMismatch,
+            None,
+            format!(
+                "{} is not the staging directory of this run (dev/ino/uid/mode differ)",
+                path.display()
+            ),
+        ),
+        Ok(seen) => {
+            let now = seen.now;
+            if now.inventory != sealed.inventory || now.special != sealed.special {
+                rs.push(
+                    Code::StagingMismatch,
+                    None,
+                    format!(
+                        "{} changed since the receipt (inventory differs)",
+                        path.display()
+                    ),
+                );
+            }
+            // The stage of this run, changed or not: who holds it now.
+            let scan = seen.scan?;
+            let (found, scan) = stage_held::found(scan);
+            match found {
+                Ok(found) => {
+                    for f in found {
+                        rs.push(Code::StageHeld, None, f);
+                    }
+                }
+                Err(e) => rs.push(Code::HoldersNotScanned, None, e),
+            }
+            return scan;
+        }
+        Err(Failure::Blocked(b)) => rs.push(Code::StageUnreadable, None, b.to_string()),
+        Err(Failure::Failed(e)) => rs.push(
+            Code::StagingMismatch,
+            None,
+            format!("cannot inventory {}: {e}", path.display()),
+        ),
     }
     None
 }
