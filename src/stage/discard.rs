@@ -516,7 +516,11 @@ fn remove_all(
     for name in order {
         if name == DISCARDING_NAME {
             unlink_own(dirfd, DISCARDING_NAME, marker_ino).map_err(|why| {
-                Stop::Refused(Refusal::new(Code::ConcurrentChange, Some(name), why))
+                Stop::Refused(Refusal::new(
+                    Code::ConcurrentChange,
+                    Some(name),
+                    why.to_string(),
+                ))
             })?;
             run.removed += 1;
             let rec = StageEvent::Removed(RemovedEntry {
