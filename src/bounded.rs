@@ -376,6 +376,17 @@ mod tests {
         assert_eq!(got, Err(Failure::Failed("refused".to_string())));
     }
 
+    /// The helper's error is a plain JSON string on the pipe, as it was
+    /// before it had a type: `{"Err":"..."}` both ways.
+    #[test]
+    fn the_work_error_is_a_string_on_the_wire() {
+        let err: Result<u8, WorkError> = Err(WorkError("refused".to_string()));
+        let text = serde_json::to_string(&err).expect("encodes");
+        assert_eq!(text, r#"{"Err":"refused"}"#);
+        let back: Result<u8, WorkError> = serde_json::from_str(&text).expect("decodes");
+        assert_eq!(back, err);
+    }
+
     #[test]
     fn a_helper_past_its_deadline_is_named_ended_and_remembered() {
         let t0 = Instant::now();

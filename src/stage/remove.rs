@@ -179,3 +179,27 @@ pub fn remove_stage(parent: &Parent, stage: BorrowedFd<'_>, opened: Id) -> Resul
         Err(e) => Err(Refusal::new(Code::IoError, None, format!("rmdir: {e}"))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The texts the discard log and the watchdog's refusal carry.
+    #[test]
+    fn why_a_marker_stays_reads_as_before() {
+        let e = UnlinkOwnError::Replaced {
+            name: ".rea-discarding".into(),
+            now: 12,
+            created: 11,
+        };
+        assert_eq!(
+            e.to_string(),
+            ".rea-discarding is now inode 12, not the one created (inode 11)"
+        );
+        let e = UnlinkOwnError::Unlink {
+            name: "m".into(),
+            errno: Errno::EBUSY,
+        };
+        assert_eq!(e.to_string(), format!("unlink m: {}", Errno::EBUSY));
+    }
+}

@@ -400,3 +400,54 @@ pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, StartE
         contained: None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The typed errors read as the messages they replaced, word for word:
+    /// tests and people match on these texts.
+    #[test]
+    fn the_refusals_read_as_before() {
+        let root = RootRefused::NotAProcess { pid: 0 };
+        assert_eq!(
+            root.to_string(),
+            "root controller pid 0 is not a process (refusing to start)"
+        );
+        let root = RootRefused::Mismatch {
+            pid: 7,
+            detail: "start time 1 != 2".into(),
+        };
+        assert_eq!(
+            StartError::Root(root).to_string(),
+            "root controller pid 7 does not match (refusing to start): start time 1 != 2"
+        );
+        let proc = ProcNotOurs::OtherNamespace {
+            known_as: PathBuf::from("9"),
+            me: 42,
+        };
+        assert_eq!(
+            proc.to_string(),
+            "/proc belongs to another PID namespace (it knows this process as 9, which is \
+             pid 42 here): mount a proc for this namespace first (unshare --pid --fork \
+             --mount-proc)"
+        );
+        assert_eq!(
+            StartError::Setsid(Errno::EPERM).to_string(),
+            format!("setsid: {}", Errno::EPERM)
+        );
+        let exists = OpenError::AuditLogExists(PathBuf::from("/x/a.jsonl"));
+        assert_eq!(
+            exists.to_string(),
+            "audit log /x/a.jsonl already exists (one log per action; it is never appended to)"
+        );
+        let failed = StagingStart::Failed {
+            path: PathBuf::from("/s"),
+            cause: "gone".into(),
+        };
+        assert_eq!(
+            OpenError::Staging(failed).to_string(),
+            "staging directory /s: gone"
+        );
+    }
+}
