@@ -14,10 +14,10 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::recover_log::{
+use super::recover::log::{
     is_recovery_start, verify_recovery_reader, RecoveryOptions, RecoveryVerdict,
 };
-use super::stage_log::{is_stage_start, verify_stage_reader, StageVerdict};
+use super::stage::log::{is_stage_start, verify_stage_reader, StageVerdict};
 use super::verdict::Verdict;
 use super::verify::{verify_reader, VerifyOptions};
 

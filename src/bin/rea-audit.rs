@@ -6,11 +6,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use rea::audit::people::escape;
+use rea::audit::reconcile::text::human;
 use rea::audit::reconcile::{reconcile, Options as ReconcileOptions, EXIT_ERROR};
-use rea::audit::reconcile_text::human;
-use rea::audit::recover_log::{is_recovery_log, verify_recovery_file, RecoveryOptions};
+use rea::audit::recover::log::{is_recovery_log, verify_recovery_file, RecoveryOptions};
 use rea::audit::show::write_timeline;
-use rea::audit::stage_log::{is_stage_log, verify_stage_file};
+use rea::audit::stage::log::{is_stage_log, verify_stage_file};
 use rea::audit::verdict::Status;
 use rea::audit::verify::{verify_file, VerifyOptions};
 use rea::log::chain::is_digest;

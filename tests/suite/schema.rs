@@ -1728,7 +1728,7 @@ fn readme_worked_example_verifies() {
 
 mod recovery {
     use super::*;
-    use rea::audit::recover_log::{verify_recovery_file, RecoveryOptions};
+    use rea::audit::recover::log::{verify_recovery_file, RecoveryOptions};
     use rea::kinds::group::{CheckedMember, RunIdSeen};
     use rea::kinds::recovery::{
         Code as RCode, Outcome as ROutcome, Reason as RReason, RecoveryChecked, RecoveryDecided,

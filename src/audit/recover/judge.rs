@@ -5,9 +5,9 @@
 
 use std::path::Path;
 
-use super::recover_lines::{Check, FindingCode, Judged, Problem};
-use super::stage_held;
-use super::verdict::Status;
+use super::lines::{Check, FindingCode, Judged, Problem};
+use crate::audit::stage::held as stage_held;
+use crate::audit::verdict::Status;
 use crate::holders::HolderScan;
 use crate::inventory;
 use crate::kinds::recovery::{

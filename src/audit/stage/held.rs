@@ -26,10 +26,13 @@ pub fn check(
 ) -> (Result<Vec<String>, String>, Option<HolderScan>) {
     match scan_fds(&[(path, dir)]) {
         Ok(s) => (Ok(held(&s)), Some(s)),
-        Err(e) => (
-            Err(format!("cannot scan {} for holders: {e}", path.display())),
-            None,
-        ),
+        Err(e) => {
+            let why = NotScanned {
+                stage: path.display().to_string(),
+                cause: e.to_string(),
+            };
+            (Err(why.to_string()), None)
+        }
     }
 }
 
@@ -39,7 +42,22 @@ pub fn check(
 #[derive(Serialize, Deserialize)]
 pub struct StageNow {
     pub now: StagingInventoried,
-    pub scan: Option<Result<HolderScan, String>>,
+    pub scan: Option<Result<HolderScan, NotScanned>>,
+}
+
+/// Why the stage could not be scanned for holders (`holders_not_scanned`).
+/// Made in [`look`]'s helper and carried back across its pipe, so both
+/// parts are text: the stage as shown, and the scan's own error.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct NotScanned {
+    pub stage: String,
+    pub cause: String,
+}
+
+impl std::fmt::Display for NotScanned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot scan {} for holders: {}", self.stage, self.cause)
+    }
 }
 
 /// Inventories the stage at `path` and, when it is the directory `expect`
@@ -55,8 +73,10 @@ pub fn look(path: &Path, expect: Option<&DirIdentity>) -> Result<StageNow, Failu
         let (now, dir) = inventory::staging_open(path).map_err(|e| e.to_string())?;
         let same = expect.is_some_and(|e| inventory::same_dir(e, &now.identity));
         let scan = same.then(|| {
-            scan_fds(&[(path, dir.as_fd())])
-                .map_err(|e| format!("cannot scan {} for holders: {e}", path.display()))
+            scan_fds(&[(path, dir.as_fd())]).map_err(|e| NotScanned {
+                stage: path.display().to_string(),
+                cause: e.to_string(),
+            })
         });
         Ok(StageNow { now, scan })
     })
@@ -64,10 +84,10 @@ pub fn look(path: &Path, expect: Option<&DirIdentity>) -> Result<StageNow, Failu
 
 /// [`check`]'s answer from a scan [`look`] made.
 pub fn found(
-    scan: Result<HolderScan, String>,
+    scan: Result<HolderScan, NotScanned>,
 ) -> (Result<Vec<String>, String>, Option<HolderScan>) {
     match scan {
         Ok(s) => (Ok(held(&s)), Some(s)),
-        Err(e) => (Err(e), None),
+        Err(e) => (Err(e.to_string()), None),
     }
 }

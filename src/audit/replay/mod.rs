@@ -16,14 +16,16 @@
 
 use std::collections::HashMap;
 
-use super::replay_ask::impossible_end;
-use super::replay_group::GroupSeen;
-use super::verdict::{Code, Reason};
+use self::ask::impossible_end;
+use self::group::GroupSeen;
+use crate::audit::verdict::{Code, Reason};
 use crate::kinds::watchdog::{
     Counts, Event, Ident, JobSpawned, Outcome, Receipt, RunStarted, Sig, SignalSweep, Stage,
     StagingBaseline, StagingChanged, StagingInventoried, StartRefused, StopCompleted, StopReason,
 };
 
+pub mod ask;
+pub mod group;
 mod receipt;
 mod records;
 mod stage;

@@ -16,7 +16,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::reader::{open_log, read_lines, OpenError, Piece, Wire};
+use crate::audit::reader::{open_log, read_lines, OpenError, Piece, Wire};
 use crate::log::MAX_LINE;
 use crate::stage::decide::{decide, plan, Code, Facts, Refusal};
 use crate::stage::log::{
@@ -367,7 +367,7 @@ fn facts_of(seen: &Seen) -> Option<Facts> {
             (None, Some(e)) => Some(Err(e.clone())),
             (None, None) => None,
         },
-        holders: i.holders.as_deref().map(super::stage_held::findings),
+        holders: i.holders.as_deref().map(super::held::findings),
     })
 }
 
@@ -530,7 +530,9 @@ impl StageVerdict {
                 .unwrap_or_default();
             s.push_str(&format!("  - {code} {line}{}\n", p.detail));
         }
-        s.lines().map(|l| super::people::escape(l) + "\n").collect()
+        s.lines()
+            .map(|l| crate::audit::people::escape(l) + "\n")
+            .collect()
     }
 }
 

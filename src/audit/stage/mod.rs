@@ -1,0 +1,9 @@
+//! The stage as the verifier sees it (docs/stage.md): [`held`], the holder
+//! scan at verification time (`stage_held`), and [`log`], `rea-audit
+//! verify` for a discard log (`rea-stage discard`), and [`run`], the
+//! verdict's rules about the stage over a run (changed, as uploaded). The stage's own code
+//! (inventory, decision, removal) is `crate::stage`; this is its check.
+
+pub mod held;
+pub mod log;
+pub mod run;
