@@ -141,6 +141,43 @@ impl fmt::Display for Failure {
 #[serde(transparent)]
 pub struct WorkError(pub String);
 
+impl fmt::Display for WorkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl WorkError {
+    /// Any error the work met, as its text (`.map_err(WorkError::of)`).
+    pub fn of(e: impl fmt::Display) -> WorkError {
+        WorkError(e.to_string())
+    }
+}
+
+impl From<String> for WorkError {
+    fn from(s: String) -> WorkError {
+        WorkError(s)
+    }
+}
+
+impl From<&str> for WorkError {
+    fn from(s: &str) -> WorkError {
+        WorkError(s.to_string())
+    }
+}
+
+impl From<io::Error> for WorkError {
+    fn from(e: io::Error) -> WorkError {
+        WorkError(e.to_string())
+    }
+}
+
+impl From<nix::errno::Errno> for WorkError {
+    fn from(e: nix::errno::Errno) -> WorkError {
+        WorkError(e.to_string())
+    }
+}
+
 /// Keys found blocked in this process, and how.
 static BLOCKED: Mutex<Vec<(String, Blocked)>> = Mutex::new(Vec::new());
 
@@ -165,7 +202,7 @@ pub fn run<T, F>(
 ) -> Result<T, Failure>
 where
     T: Serialize + DeserializeOwned,
-    F: FnOnce() -> Result<T, String>,
+    F: FnOnce() -> Result<T, WorkError>,
 {
     if let Some(b) = earlier(key) {
         return Err(Failure::Blocked(b));
@@ -229,7 +266,7 @@ where
 fn helper<T, F>(parent: nix::unistd::Pid, w: OwnedFd, keep: &[BorrowedFd<'_>], work: F) -> !
 where
     T: Serialize,
-    F: FnOnce() -> Result<T, String>,
+    F: FnOnce() -> Result<T, WorkError>,
 {
     // SAFETY: prctl(PR_SET_PDEATHSIG, SIGKILL) only sets a flag of this
     // process; the arguments are constants.
@@ -245,7 +282,7 @@ where
     IN_HELPER.store(true, Ordering::Relaxed);
     let answer: Result<T, WorkError> =
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
-            Ok(done) => done.map_err(WorkError),
+            Ok(done) => done,
             Err(_) => Err(WorkError("the helper panicked".to_string())),
         };
     let bytes = serde_json::to_vec(&answer)
@@ -371,7 +408,7 @@ mod tests {
             run("numbers", "k1", STAGE_DEADLINE, &[], || Ok(vec![1, 2, 3]));
         assert_eq!(got, Ok(vec![1, 2, 3]));
         let got: Result<u8, Failure> = run("nothing", "k2", STAGE_DEADLINE, &[], || {
-            Err("refused".to_string())
+            Err("refused".into())
         });
         assert_eq!(got, Err(Failure::Failed("refused".to_string())));
     }

@@ -545,7 +545,7 @@ fn the_sealed_stage(
                         rs.push(Code::StageHeld, None, f);
                     }
                 }
-                Err(e) => rs.push(Code::HoldersNotScanned, None, e),
+                Err(e) => rs.push(Code::HoldersNotScanned, None, e.to_string()),
             }
             return scan;
         }

@@ -424,7 +424,7 @@ fn holders(dirs: &[std::path::PathBuf], json: bool) -> ExitCode {
         &shown.join("\0"),
         rea::bounded::STAGE_DEADLINE,
         &[],
-        || rea::holders::scan::scan(&paths).map_err(|e| e.to_string()),
+        || rea::holders::scan::scan(&paths).map_err(rea::bounded::WorkError::of),
     );
     let scan = match scanned {
         Ok(s) => s,

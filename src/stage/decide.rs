@@ -7,8 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::receipt::{BeforeTransfer, MAX_RECEIPT};
+use super::receipt::{BeforeTransfer, ReceiptError, MAX_RECEIPT};
 use super::{ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};
+use crate::kinds::held::ScanFailed;
 
 /// What an entry of the stage is (`fstatat`, no link followed).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,11 +95,11 @@ pub struct Facts {
     /// Entries that changed while they were inventoried.
     pub changed: Vec<String>,
     /// The receipt's content, parsed (`None`: not read; too large or not a file).
-    pub receipt: Option<Result<BeforeTransfer, String>>,
+    pub receipt: Option<Result<BeforeTransfer, ReceiptError>>,
     /// The holder scan: each holder, mount and loop device named (empty:
     /// not held), or why it could not run (`None`: not scanned, in a log
     /// written before the discard scanned).
-    pub holders: Option<Result<Vec<String>, String>>,
+    pub holders: Option<Result<Vec<String>, ScanFailed>>,
 }
 
 /// Every refusal has its own code.
@@ -232,7 +233,7 @@ fn trusted<'a>(f: &'a Facts, out: &mut Vec<Refusal>) -> Option<&'a BeforeTransfe
             return None;
         }
         Some(Err(why)) => {
-            out.push(Refusal::new(Code::ReceiptInvalid, name, why.clone()));
+            out.push(Refusal::new(Code::ReceiptInvalid, name, why.to_string()));
             return None;
         }
         Some(Ok(r)) => r,

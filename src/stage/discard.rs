@@ -130,7 +130,8 @@ fn before_log(dir: &Path, log_path: &Path, shown: &str) -> Before {
     let opened = bounded::run(&what, shown, STAGE_DEADLINE, &[], || {
         let stage = open_parent(dir).map_err(|e| e.to_string())?;
         let id = Id::of(stage.open_stage().map_err(|e| e.to_string())?.as_fd());
-        id.map(|i| (i.dev, i.ino)).map_err(|e| e.to_string())
+        id.map(|i| (i.dev, i.ino))
+            .map_err(crate::bounded::WorkError::of)
     });
     match opened {
         Err(Failure::Blocked(b)) => return Before::StageBlocked(b),
@@ -160,19 +161,18 @@ fn before_log(dir: &Path, log_path: &Path, shown: &str) -> Before {
 }
 
 /// The (dev, inode) of `dir` and of every directory above it up to `/`.
-fn ancestors(dir: &Path) -> Result<Vec<(u64, u64)>, String> {
+fn ancestors(dir: &Path) -> Result<Vec<(u64, u64)>, bounded::WorkError> {
     use nix::fcntl::{openat, OFlag};
-    let mut fd: std::os::fd::OwnedFd = std::fs::File::open(dir).map_err(|e| e.to_string())?.into();
+    let mut fd: std::os::fd::OwnedFd = std::fs::File::open(dir)?.into();
     let mut out = Vec::new();
     for _ in 0..4096 {
-        let here = Id::of(fd.as_fd()).map_err(|e| e.to_string())?;
+        let here = Id::of(fd.as_fd())?;
         if out.last() == Some(&(here.dev, here.ino)) {
             break;
         }
         out.push((here.dev, here.ino));
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-        fd = openat(fd.as_fd(), "..", flags, nix::sys::stat::Mode::empty())
-            .map_err(|e| e.to_string())?;
+        fd = openat(fd.as_fd(), "..", flags, nix::sys::stat::Mode::empty())?;
     }
     Ok(out)
 }
@@ -337,7 +337,9 @@ fn look(run: &mut Run, stage: &Reached, hex: &str) -> Step<(Listing, Facts)> {
         truncated: listing.truncated,
         changed: listing.changed.clone(),
         receipt: receipt.as_ref().and_then(|r| r.as_ref().ok().cloned()),
-        receipt_error: receipt.as_ref().and_then(|r| r.as_ref().err().cloned()),
+        receipt_error: receipt
+            .as_ref()
+            .and_then(|r| r.as_ref().err().map(ToString::to_string)),
         holders: Some(Box::new(holders)),
     };
     if let Err(e) = run.log.record(&StageEvent::Inventoried(inv)) {
@@ -364,7 +366,7 @@ fn holder_scan(stage: &Reached) -> HoldersScanned {
     let shown = &stage.shown;
     let what = format!("the holder scan of {shown}");
     let scanned = bounded::run(&what, shown, STAGE_DEADLINE, &[stage.fd.as_fd()], || {
-        scan_fds(&[(Path::new(shown), stage.fd.as_fd())]).map_err(|e| e.to_string())
+        scan_fds(&[(Path::new(shown), stage.fd.as_fd())]).map_err(crate::bounded::WorkError::of)
     });
     match scanned {
         Ok(s) => HoldersScanned::Scanned(s),

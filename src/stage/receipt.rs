@@ -258,27 +258,59 @@ pub fn begin(
     Ok((sha256_hex(&bytes), receipt))
 }
 
+/// Why receipt bytes are not a receipt `begin` wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReceiptError {
+    NoNewline,
+    NotObject,
+    /// Not the receipt's JSON (serde's message).
+    Json(String),
+    WrongKind {
+        kind: String,
+        version: u32,
+    },
+    /// Its names or pins break `begin`'s rules.
+    Names(BadName),
+    /// The error a discard log recorded, read back by its verifier.
+    Recorded(String),
+}
+
+impl std::fmt::Display for ReceiptError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReceiptError::NoNewline => write!(f, "the receipt does not end with a newline"),
+            ReceiptError::NotObject => write!(f, "the receipt is not a JSON object"),
+            ReceiptError::Json(e) | ReceiptError::Recorded(e) => f.write_str(e),
+            ReceiptError::WrongKind { kind, version } => write!(
+                f,
+                "kind {kind:?} version {version} is not a before-transfer receipt"
+            ),
+            ReceiptError::Names(b) => write!(f, "{b}"),
+        }
+    }
+}
+
 /// Parses receipt bytes strictly: one object, then exactly one `\n`.
-pub fn parse(bytes: &[u8]) -> Result<BeforeTransfer, String> {
-    let body = bytes
-        .strip_suffix(b"\n")
-        .ok_or("the receipt does not end with a newline")?;
+pub fn parse(bytes: &[u8]) -> Result<BeforeTransfer, ReceiptError> {
+    let body = bytes.strip_suffix(b"\n").ok_or(ReceiptError::NoNewline)?;
     if !body.starts_with(b"{") {
-        return Err("the receipt is not a JSON object".into());
+        return Err(ReceiptError::NotObject);
     }
-    let r: BeforeTransfer = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let r: BeforeTransfer =
+        serde_json::from_slice(body).map_err(|e| ReceiptError::Json(e.to_string()))?;
     if r.kind != KIND || r.version != VERSION {
-        return Err(format!(
-            "kind {:?} version {} is not a before-transfer receipt",
-            r.kind, r.version
-        ));
+        return Err(ReceiptError::WrongKind {
+            kind: r.kind,
+            version: r.version,
+        });
     }
-    check_names(&r.files).map_err(|b| b.to_string())?;
+    check_names(&r.files).map_err(ReceiptError::Names)?;
     if let Some(n) = r.sha256.keys().find(|n| !r.files.contains(n)) {
-        return Err(BadName::PinUndeclared(n.clone()).to_string());
+        return Err(ReceiptError::Names(BadName::PinUndeclared(n.clone())));
     }
     if let Some(n) = r.sha256.iter().find(|(_, h)| !crate::vocab::is_digest(h)) {
-        return Err(BadName::Pin(format!("{}={}", n.0, crate::vocab::bounded(n.1))).to_string());
+        let shown = format!("{}={}", n.0, crate::vocab::bounded(n.1));
+        return Err(ReceiptError::Names(BadName::Pin(shown)));
     }
     Ok(r)
 }

@@ -27,7 +27,7 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 
 use super::config::Config;
-use crate::bounded::{self, Failure, STAGE_DEADLINE};
+use crate::bounded::{self, Failure, WorkError, STAGE_DEADLINE};
 use crate::inventory::{self, listing, Listing};
 use crate::kinds::watchdog::{
     DirIdentity, Event, StagingBaseline, StagingInventoried, StartRefusal, StartRefused,
@@ -77,9 +77,9 @@ impl Stage {
     ) -> impl FnOnce() -> Result<Vec<Event>, StartRefused> + 'a {
         move || {
             let armed =
-                super::arm::arm_stage(cfg, self.start.as_ref()).map_err(|detail| StartRefused {
+                super::arm::arm_stage(cfg, self.start.as_ref()).map_err(|e| StartRefused {
                     code: StartRefusal::StageRefused,
-                    detail,
+                    detail: e.to_string(),
                 })?;
             let mut out: Vec<Event> = armed.into_iter().collect();
             if let (Some(path), Some(start)) = (cfg.staging.as_deref(), &self.start) {
@@ -181,28 +181,30 @@ fn take(path: &Path, start: &DirIdentity) -> Result<(StagingBaseline, Baseline),
 
 /// The stage's before-transfer receipt, parsed strictly, read through
 /// the stage without following a link; `None` when there is none.
-fn read_receipt(path: &Path) -> Result<Option<BeforeTransfer>, String> {
+fn read_receipt(path: &Path) -> Result<Option<BeforeTransfer>, WorkError> {
     use std::io::Read;
-    let dir = inventory::open_dir(path).map_err(|e| e.to_string())?;
+    let dir = inventory::open_dir(path)?;
     let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
     let fd = match openat(&dir, RECEIPT_NAME, flags, Mode::empty()) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Ok(None),
-        Err(e) => return Err(format!("opening {RECEIPT_NAME}: {e}")),
+        Err(e) => return Err(format!("opening {RECEIPT_NAME}: {e}").into()),
     };
     let f = std::fs::File::from(fd);
-    let meta = f.metadata().map_err(|e| format!("{RECEIPT_NAME}: {e}"))?;
+    let meta = f
+        .metadata()
+        .map_err(|e| WorkError(format!("{RECEIPT_NAME}: {e}")))?;
     if !meta.is_file() {
-        return Err(format!("{RECEIPT_NAME} is not a regular file"));
+        return Err(format!("{RECEIPT_NAME} is not a regular file").into());
     }
     let mut bytes = Vec::new();
     f.take(MAX_RECEIPT + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("reading {RECEIPT_NAME}: {e}"))?;
+        .map_err(|e| WorkError(format!("reading {RECEIPT_NAME}: {e}")))?;
     if bytes.len() as u64 > MAX_RECEIPT {
-        return Err(format!("{RECEIPT_NAME} is over {MAX_RECEIPT} bytes"));
+        return Err(format!("{RECEIPT_NAME} is over {MAX_RECEIPT} bytes").into());
     }
     receipt::parse(&bytes)
         .map(Some)
-        .map_err(|e| format!("{RECEIPT_NAME}: {e}"))
+        .map_err(|e| WorkError(format!("{RECEIPT_NAME}: {e}")))
 }

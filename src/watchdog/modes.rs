@@ -293,7 +293,7 @@ fn staging_identity(
     let key = p.display().to_string();
     let limit = crate::bounded::STAGE_DEADLINE;
     crate::bounded::run(&what, &key, limit, &[], || {
-        inventory::dir_identity(p).map_err(|e| e.to_string())
+        inventory::dir_identity(p).map_err(crate::bounded::WorkError::of)
     })
     .map_err(|e| match e {
         crate::bounded::Failure::Blocked(b) => StagingStart::Unreadable(b),

@@ -11,6 +11,7 @@ use nix::errno::Errno;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::config::Config;
+use super::ledger::StartFailed;
 use super::state_dir::StateDir;
 use crate::bounded::Blocked;
 use crate::contain::choice::{CgroupRefused, Contained};
@@ -278,9 +279,8 @@ pub enum OpenError {
     /// The request FIFO could not join the loop.
     Fifo(io::Error),
     /// The log's first records could not be made durable, or arming the
-    /// stage or taking its baseline refused the start: the ledger's own
-    /// text, which says which.
-    Ledger(String),
+    /// stage or taking its baseline refused the start.
+    Ledger(StartFailed),
 }
 
 impl fmt::Display for OpenError {
@@ -301,7 +301,7 @@ impl fmt::Display for OpenError {
             OpenError::Signalfd(e) => write!(f, "signalfd: {e}"),
             OpenError::RootPidfd(e) => write!(f, "root pidfd: {e}"),
             OpenError::Fifo(e) => write!(f, "request FIFO: {e}"),
-            OpenError::Ledger(text) => f.write_str(text),
+            OpenError::Ledger(e) => e.fmt(f),
         }
     }
 }

@@ -1161,7 +1161,9 @@ mod decision {
             ),
             (
                 Code::ReceiptInvalid,
-                Box::new(|f| f.receipt = Some(Err("bad".into()))),
+                Box::new(|f| {
+                    f.receipt = Some(Err(rea::stage::receipt::ReceiptError::Json("bad".into())))
+                }),
             ),
             (
                 Code::StageHeld,
@@ -1169,7 +1171,11 @@ mod decision {
             ),
             (
                 Code::HoldersNotScanned,
-                Box::new(|f| f.holders = Some(Err("Permission denied".into()))),
+                Box::new(|f| {
+                    f.holders = Some(Err(rea::kinds::held::ScanFailed(
+                        "Permission denied".into(),
+                    )))
+                }),
             ),
             (
                 Code::ReceiptTooLarge,

@@ -308,7 +308,7 @@ fn compare_stage(rule: &StageRule<'_>) -> (Vec<(Problem, String)>, Option<Holder
                     let (found, scan) = stage_held::found(scan);
                     match found {
                         Ok(found) => out.extend(found.into_iter().map(|f| (Problem::StageHeld, f))),
-                        Err(e) => out.push((Problem::HoldersNotScanned, e)),
+                        Err(e) => out.push((Problem::HoldersNotScanned, e.to_string())),
                     }
                     holders = scan;
                 }

@@ -23,7 +23,7 @@ use crate::kinds::watchdog::{DirIdentity, StagingInventoried};
 pub fn check(
     path: &Path,
     dir: BorrowedFd<'_>,
-) -> (Result<Vec<String>, String>, Option<HolderScan>) {
+) -> (Result<Vec<String>, NotScanned>, Option<HolderScan>) {
     match scan_fds(&[(path, dir)]) {
         Ok(s) => (Ok(held(&s)), Some(s)),
         Err(e) => {
@@ -31,7 +31,7 @@ pub fn check(
                 stage: path.display().to_string(),
                 cause: e.to_string(),
             };
-            (Err(why.to_string()), None)
+            (Err(why), None)
         }
     }
 }
@@ -85,9 +85,9 @@ pub fn look(path: &Path, expect: Option<&DirIdentity>) -> Result<StageNow, Failu
 /// [`check`]'s answer from a scan [`look`] made.
 pub fn found(
     scan: Result<HolderScan, NotScanned>,
-) -> (Result<Vec<String>, String>, Option<HolderScan>) {
+) -> (Result<Vec<String>, NotScanned>, Option<HolderScan>) {
     match scan {
         Ok(s) => (Ok(held(&s)), Some(s)),
-        Err(e) => (Err(e.to_string()), None),
+        Err(e) => (Err(e), None),
     }
 }

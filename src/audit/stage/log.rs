@@ -23,6 +23,7 @@ use crate::stage::log::{
     DiscardApproved, DiscardDecided, DiscardStarted, Outcome, Removed, StageEvent,
     StageInventoried, KINDS,
 };
+use crate::stage::receipt::ReceiptError;
 
 /// What a discard log shows; each its own exit code (as for watchdog logs).
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -364,7 +365,7 @@ fn facts_of(seen: &Seen) -> Option<Facts> {
         changed: i.changed.clone(),
         receipt: match (&i.receipt, &i.receipt_error) {
             (Some(r), _) => Some(Ok(r.clone())),
-            (None, Some(e)) => Some(Err(e.clone())),
+            (None, Some(e)) => Some(Err(ReceiptError::Recorded(e.clone()))),
             (None, None) => None,
         },
         holders: i.holders.as_deref().map(super::held::findings),
