@@ -52,7 +52,7 @@ use nix::fcntl::OFlag;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::process::forked::{Fork, Forked};
 use crate::process::pidfd::{bind_child, VerifiedPidFd};
@@ -133,6 +133,51 @@ impl fmt::Display for Failure {
     }
 }
 
+/// The work's own error as it crosses from the helper to the caller: its
+/// text, nothing else (the helper's answer is JSON on a pipe, `{"Ok": ...}`
+/// or `{"Err": "..."}`; the string form keeps that wire as it was). It
+/// becomes [`Failure::Failed`] in the caller.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct WorkError(pub String);
+
+impl fmt::Display for WorkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl WorkError {
+    /// Any error the work met, as its text (`.map_err(WorkError::of)`).
+    pub fn of(e: impl fmt::Display) -> WorkError {
+        WorkError(e.to_string())
+    }
+}
+
+impl From<String> for WorkError {
+    fn from(s: String) -> WorkError {
+        WorkError(s)
+    }
+}
+
+impl From<&str> for WorkError {
+    fn from(s: &str) -> WorkError {
+        WorkError(s.to_string())
+    }
+}
+
+impl From<io::Error> for WorkError {
+    fn from(e: io::Error) -> WorkError {
+        WorkError(e.to_string())
+    }
+}
+
+impl From<nix::errno::Errno> for WorkError {
+    fn from(e: nix::errno::Errno) -> WorkError {
+        WorkError(e.to_string())
+    }
+}
+
 /// Keys found blocked in this process, and how.
 static BLOCKED: Mutex<Vec<(String, Blocked)>> = Mutex::new(Vec::new());
 
@@ -157,7 +202,7 @@ pub fn run<T, F>(
 ) -> Result<T, Failure>
 where
     T: Serialize + DeserializeOwned,
-    F: FnOnce() -> Result<T, String>,
+    F: FnOnce() -> Result<T, WorkError>,
 {
     if let Some(b) = earlier(key) {
         return Err(Failure::Blocked(b));
@@ -182,8 +227,8 @@ where
             if let Some(h) = &helper {
                 reap_soon(h, Duration::from_secs(1));
             }
-            match serde_json::from_slice::<Result<T, String>>(&bytes) {
-                Ok(answer) => answer.map_err(Failure::Failed),
+            match serde_json::from_slice::<Result<T, WorkError>>(&bytes) {
+                Ok(answer) => answer.map_err(|WorkError(e)| Failure::Failed(e)),
                 Err(_) if bytes.is_empty() => Err(Failure::Failed(format!(
                     "{what}: the helper (pid {pid}) ended without an answer"
                 ))),
@@ -221,7 +266,7 @@ where
 fn helper<T, F>(parent: nix::unistd::Pid, w: OwnedFd, keep: &[BorrowedFd<'_>], work: F) -> !
 where
     T: Serialize,
-    F: FnOnce() -> Result<T, String>,
+    F: FnOnce() -> Result<T, WorkError>,
 {
     // SAFETY: prctl(PR_SET_PDEATHSIG, SIGKILL) only sets a flag of this
     // process; the arguments are constants.
@@ -235,8 +280,11 @@ where
     kept.push(w.as_raw_fd());
     only_these(&mut kept);
     IN_HELPER.store(true, Ordering::Relaxed);
-    let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
-        .unwrap_or_else(|_| Err("the helper panicked".to_string()));
+    let answer: Result<T, WorkError> =
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
+            Ok(done) => done,
+            Err(_) => Err(WorkError("the helper panicked".to_string())),
+        };
     let bytes = serde_json::to_vec(&answer)
         .unwrap_or_else(|e| format!("{{\"Err\":\"cannot encode the answer: {e}\"}}").into_bytes());
     let mut f = std::fs::File::from(w);
@@ -360,9 +408,20 @@ mod tests {
             run("numbers", "k1", STAGE_DEADLINE, &[], || Ok(vec![1, 2, 3]));
         assert_eq!(got, Ok(vec![1, 2, 3]));
         let got: Result<u8, Failure> = run("nothing", "k2", STAGE_DEADLINE, &[], || {
-            Err("refused".to_string())
+            Err("refused".into())
         });
         assert_eq!(got, Err(Failure::Failed("refused".to_string())));
+    }
+
+    /// The helper's error is a plain JSON string on the pipe, as it was
+    /// before it had a type: `{"Err":"..."}` both ways.
+    #[test]
+    fn the_work_error_is_a_string_on_the_wire() {
+        let err: Result<u8, WorkError> = Err(WorkError("refused".to_string()));
+        let text = serde_json::to_string(&err).expect("encodes");
+        assert_eq!(text, r#"{"Err":"refused"}"#);
+        let back: Result<u8, WorkError> = serde_json::from_str(&text).expect("decodes");
+        assert_eq!(back, err);
     }
 
     #[test]

@@ -27,15 +27,11 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 MAX_LINES = 600
 LIMITS = {"watchdog/action.rs": 400}
 MAX_FN_LINES = 100
-# Functions over the cap when the check came in, each with its length then
-# as its ceiling: one may shrink (then lower or drop its row), never grow,
-# and no other function may pass the cap. Empty is the goal.
-FN_CEILINGS = {
-    "audit/verify.rs:judge": 147,
-    "stage/decide.rs:decide": 105,
-    "stage/discard.rs:discard": 157,
-    "watchdog/stop/sweep.rs:sweep": 124,
-}
+# Functions allowed over the cap, each with its length as a ceiling it may
+# not pass ("path:fn": lines). Empty: the four that were listed when the
+# check came in were split by idea (issue 28). A row is a debt, not a
+# licence; keep it empty.
+FN_CEILINGS = {}
 
 # Bottom first: a folder may import folders of lower layers only.
 LAYERS = [
@@ -91,32 +87,46 @@ def strip_comments(text):
 def imports(rel, known):
     text = strip_comments(open(os.path.join(ROOT, rel)).read())
     me = module_of(rel) or []
-    # `super` of a/b.rs is a; of a/b/mod.rs (module a::b) it is a too.
-    parent = me[:-1]
     deps = set()
-    # `crate::` and `super::` paths, anywhere (use lines and inline paths);
-    # one brace level is expanded.
-    for prefix, root in (("crate", []), ("super", parent)):
-        pat = r"\b" + prefix + r"::((?:[a-z_][a-z0-9_]*::)*)(\{[^}]*\}|[A-Za-z_][A-Za-z0-9_]*)"
-        for m in re.finditer(pat, text):
-            base = root + [p for p in m.group(1).split("::") if p]
-            tail = m.group(2)
-            if tail.startswith("{"):
-                tails = [t.strip().split("::")[0] for t in tail.strip("{}").split(",")]
-            else:
-                tails = [tail]
-            for t in tails:
-                f = resolve(base + ([t] if t else []), known)
-                if f:
-                    deps.add(f)
+    # `crate::`, `self::` and `super::` paths, anywhere (use lines and
+    # inline paths); one brace level is expanded. `self` of a/b.rs and of
+    # a/b/mod.rs is the module a::b; each `super` goes up one from there.
+    pat = (r"\b(crate::|self::|(?:super::)+)((?:[a-z_][a-z0-9_]*::)*)"
+           r"(\{[^}]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+    for m in re.finditer(pat, text):
+        prefix = m.group(1)
+        if prefix == "crate::":
+            root = []
+        elif prefix == "self::":
+            root = me
+        else:
+            up = prefix.count("super::")
+            if up > len(me):
+                continue
+            root = me[:len(me) - up]
+        base = root + [p for p in m.group(2).split("::") if p]
+        tail = m.group(3)
+        if tail.startswith("{"):
+            tails = [t.strip().split("::")[0] for t in tail.strip("{}").split(",")]
+        else:
+            tails = [tail]
+        for t in tails:
+            f = resolve(base + ([t] if t else []), known)
+            if f:
+                deps.add(f)
     deps.discard(rel)
     return deps
 
 
-def file_deps(deps):
-    """A module's own mod.rs/lib.rs is not a dependency of its children
-    (for the file-level cycle check)."""
-    return {d for d in deps if not d.endswith("mod.rs") and d != "lib.rs"}
+def file_deps(rel, deps):
+    """A module's own mod.rs (and those above it) and lib.rs are not
+    dependencies of its children (for the file-level cycle check): a child
+    reaching its parent's items is how a folder is read. Another folder's
+    mod.rs is a file like any other (src/audit/verify.rs importing
+    src/audit/replay/mod.rs)."""
+    def own(d):
+        return d.endswith("/mod.rs") and rel.startswith(d[: -len("mod.rs")])
+    return {d for d in deps if d != "lib.rs" and not own(d)}
 
 
 def folder_of(rel):
@@ -208,7 +218,7 @@ def main():
         ROOT = sys.argv[sys.argv.index("--root") + 1]
     known = set(files())
     all_deps = {f: imports(f, known) for f in known}
-    graph = {f: file_deps(d) for f, d in all_deps.items() if not f.startswith("bin/")}
+    graph = {f: file_deps(f, d) for f, d in all_deps.items() if not f.startswith("bin/")}
     if "--graph" in sys.argv:
         for f in sorted(graph):
             print(f"{f} -> {', '.join(sorted(graph[f])) or '-'}")

@@ -14,11 +14,11 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::recover_log::{
+use super::recover::log::{
     is_recovery_start, verify_recovery_reader, RecoveryOptions, RecoveryVerdict,
 };
-use super::remove_log::{is_remove_start, verify_remove_reader, RemoveVerdict};
-use super::stage_log::{is_stage_start, verify_stage_reader, StageVerdict};
+use super::stage::log::{is_stage_start, verify_stage_reader, StageVerdict};
+use super::stage::remove_log::{is_remove_start, verify_remove_reader, RemoveVerdict};
 use super::verdict::Verdict;
 use super::verify::{verify_reader, VerifyOptions};
 
@@ -249,9 +249,8 @@ pub fn check<R: Read>(
     }
     let opts = VerifyOptions {
         expect_head: expect_head.map(str::to_string),
-        expect_run: None,
         staging: staging.cloned(),
-        staging_fd: None,
+        ..VerifyOptions::default()
     };
     Ok(Checked::Watchdog(verify_reader(log, name, &opts)))
 }

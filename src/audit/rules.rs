@@ -12,6 +12,10 @@ pub fn digests(ev: &Event) -> Vec<&str> {
         Event::JobExited(j) => vec![&j.stdout.sha256, &j.stderr.sha256],
         Event::TempRootInventoried(t) => vec![&t.inventory.digest],
         Event::StagingInventoried(s) => vec![&s.inventory.digest],
+        Event::StagingBaseline(b) => std::iter::once(b.inventory.digest.as_str())
+            .chain(b.content.as_deref())
+            .collect(),
+        Event::StagingChanged(c) => vec![&c.baseline, &c.now],
         Event::Receipt(r) => r
             .staging
             .iter()

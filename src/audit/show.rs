@@ -218,9 +218,9 @@ pub fn each_line<R: io::Read>(r: R, mut each: impl FnMut(ShowLine)) -> io::Resul
 /// says (`None`: neither).
 fn other_log_line(line: &[u8]) -> Option<(Wire<'_>, String)> {
     let w: Wire = serde_json::from_slice(line).ok()?;
-    let text = super::stage_log::show_line(&w)
-        .or_else(|| super::remove_log::show_line(&w))
-        .or_else(|| super::recover_log::show_line(&w))?;
+    let text = super::stage::log::show_line(&w)
+        .or_else(|| super::stage::remove_log::show_line(&w))
+        .or_else(|| super::recover::log::show_line(&w))?;
     Some((w, text))
 }
 

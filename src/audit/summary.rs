@@ -7,7 +7,8 @@ use crate::kinds::stage::{Change, StageChange};
 use crate::kinds::watchdog::{
     AskEnd, AskEnded, Containment, Event, HoldersScanned, InnerAlarm, JobExited, JobSpawned, Proc,
     Reaped, Receipt, RequestReceived, RequestsRefused, RootBound, RunStarted, SignalReceived,
-    SignalSweep, StagingChanged, StagingInventoried, StopTriggered, TempEntry, Unkillable,
+    SignalSweep, StagingBaseline, StagingChanged, StagingInventoried, StopTriggered, TempEntry,
+    Unkillable,
 };
 
 /// Sockets, FIFOs, devices: named, since a runtime may still hold them.
@@ -104,7 +105,8 @@ pub fn summary(ev: &Event) -> String {
         ),
         Event::TempRootRemoved(t) => format!("removed {} {}", t.removed, t.detail),
         Event::StagingInventoried(s) => staging_inventoried(s),
-        Event::StagingBaseline(s) => format!("baseline {}", staging_inventoried(s)),
+        Event::StagingBaseline(b) => staging_baseline(b),
+        Event::StartRefused(r) => format!("the start was refused, nothing was launched: {}", r),
         Event::StagingChanged(c) => staging_changed(c),
         Event::HoldersScanned(HoldersScanned::Scanned(h)) => holders_scanned(h),
         Event::HoldersScanned(HoldersScanned::Failed { error }) => {
@@ -376,6 +378,26 @@ fn staging_inventoried(s: &StagingInventoried) -> String {
         s.inventory.bytes,
         s.inventory.digest,
         specials(&s.special, s.special_truncated)
+    )
+}
+
+/// The stage at the start, what was uploaded, and whether pins held.
+fn staging_baseline(b: &StagingBaseline) -> String {
+    let pinned = match b.pinned {
+        0 => String::new(),
+        n => format!(", the {n} pinned hashes of the receipt matched"),
+    };
+    let content = match &b.content {
+        Some(c) => format!("; content digest {c}"),
+        None => "; too many entries for a content digest".to_string(),
+    };
+    format!(
+        "baseline {}: {} entries, {} bytes, digest {}{}{content}{pinned}",
+        b.identity.path,
+        b.inventory.entries,
+        b.inventory.bytes,
+        b.inventory.digest,
+        specials(&b.special, b.special_truncated)
     )
 }
 

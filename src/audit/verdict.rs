@@ -112,6 +112,15 @@ pub enum Code {
     /// A run with a stage but no baseline of it: nothing shows the stage
     /// did not change during the run.
     StageBaselineMissing,
+    /// The watchdog refused to start (nothing launched): the stage is not
+    /// what its before-transfer receipt pins.
+    StageNotAsUploaded,
+    /// The watchdog refused to start (nothing launched): the stage could
+    /// not be armed or walked.
+    StageRefused,
+    /// The stage's content at start is not the `--expect-stage-digest`
+    /// the controller pinned for what it uploaded.
+    StageDigestMismatch,
     // Could not look.
     IoError,
     NotARegularFile,
@@ -171,7 +180,10 @@ impl Code {
             | HoldersNotScanned
             | StageUnreadable
             | StageChangedDuringRun
-            | StageBaselineMissing => Status::Retain,
+            | StageBaselineMissing
+            | StageNotAsUploaded
+            | StageRefused
+            | StageDigestMismatch => Status::Retain,
             IoError | NotARegularFile => Status::Error,
         }
     }

@@ -15,13 +15,13 @@ use sha2::{Digest, Sha256};
 use super::reader::{open_log, OpenError};
 use super::replay::Replay;
 use super::rules;
-use super::stage_held;
-use super::summary;
+use super::stage::held as stage_held;
+use super::stage::run as stage_run;
 use super::verdict::{Code, Reason, Status, Verdict};
 use crate::bounded::Failure;
 use crate::holders::HolderScan;
 use crate::inventory;
-use crate::kinds::watchdog::{Event, Outcome, Receipt, StopReason};
+use crate::kinds::watchdog::{Event, Outcome, Receipt, StagingInventoried, StopReason};
 use crate::log::{Chain, MAX_LINE};
 
 const BOM: &[u8] = b"\xef\xbb\xbf";
@@ -35,6 +35,9 @@ pub struct VerifyOptions {
     pub expect_head: Option<String>,
     pub expect_run: Option<String>,
     pub staging: Option<PathBuf>,
+    /// The content digest the controller computed before the upload
+    /// (`rea-stage manifest --digest`): the stage's baseline must have it.
+    pub expect_stage_digest: Option<String>,
     /// The stage `staging` names, already opened by the caller (`rea-stage
     /// remove`): inventoried and scanned through this descriptor instead
     /// of opening `staging` again.
@@ -307,13 +310,7 @@ impl Checker {
                 ),
             }
         }
-        if !has_receipt {
-            self.rs.push(
-                Code::NoReceipt,
-                None,
-                "no receipt: the watchdog did not finish (lost, killed, or the log was cut)",
-            );
-        }
+        self.unsealed(has_receipt, tail_len);
         let receipt = self.last_receipt.take();
         v.sealed = receipt.is_some() && tail_len == 0;
 
@@ -339,20 +336,74 @@ impl Checker {
     }
 }
 
+impl Checker {
+    /// A log without a receipt: cut short or lost (`no_receipt`), unless
+    /// it ends in `start_refused`, which is complete as it is; and a
+    /// receipt after `start_refused`, which the watchdog never writes.
+    fn unsealed(&mut self, has_receipt: bool, tail_len: u64) {
+        let refused = self.replay.refused().is_some();
+        if has_receipt && refused {
+            self.rs.push(
+                Code::ReplayMismatch,
+                None,
+                "a receipt after start_refused (the watchdog writes nothing after it)",
+            );
+        } else if refused && tail_len == 0 {
+            for r in self.replay.finish_refused() {
+                self.rs.push(r.code, r.line, r.detail);
+            }
+        } else if !has_receipt {
+            self.rs.push(
+                Code::NoReceipt,
+                None,
+                "no receipt: the watchdog did not finish (lost, killed, or the log was cut)",
+            );
+        }
+    }
+}
+
 fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
     hay.iter().position(|&b| b == needle)
 }
 
 /// The verdict table (docs/verdict.md) for an intact, sealed log; the holder scan
 /// of `--staging`, when the stage given is the one sealed, unchanged.
+///
+/// The reasons come in a fixed order (the receipt's claims, the stop's
+/// trigger, the stage at close, during the run, then against `--staging`):
+/// a verdict's reasons list the same way for the same log.
 fn judge(
     replay: &Replay,
     rc: &Receipt,
     opts: &VerifyOptions,
     rs: &mut Reasons,
 ) -> Option<HolderScan> {
-    let stopped_for = |reason| rc.outcome == Outcome::Stopped && rc.stop_reason == Some(reason);
-    if stopped_for(StopReason::AuditFailure) || replay.audit_failure_seen {
+    receipt_claims(replay, rc, rs);
+    stop_trigger(replay, rc, rs);
+    if let Some(why) = rc.staging.as_ref().and_then(|s| s.unreadable.as_ref()) {
+        rs.push(Code::StageUnreadable, None, format!("at close: {why}"));
+    }
+    let want = opts.expect_stage_digest.as_deref();
+    for (code, detail) in stage_run::during_run(replay, rc)
+        .into_iter()
+        .chain(stage_run::as_uploaded(replay, want))
+    {
+        rs.push(code, None, detail);
+    }
+    against_staging(opts, rc, rs)
+}
+
+/// Whether the receipt says the action was stopped for `reason`.
+fn stopped_for(rc: &Receipt, reason: StopReason) -> bool {
+    rc.outcome == Outcome::Stopped && rc.stop_reason == Some(reason)
+}
+
+/// The reasons in what the receipt and the replay counted: a record not
+/// made durable, descendants not proven gone or not proven the ones
+/// scanned, foreign members left alone, processes that could not be ended,
+/// the temp root left. Each one alone keeps the stage.
+fn receipt_claims(replay: &Replay, rc: &Receipt, rs: &mut Reasons) {
+    if stopped_for(rc, StopReason::AuditFailure) || replay.audit_failure_seen {
         rs.push(
             Code::AuditFailure,
             None,
@@ -398,7 +449,14 @@ fn judge(
             "the private temp root was not removed",
         );
     }
-    if stopped_for(StopReason::MappingRefused) && rc.uncertain_mappings == 0 {
+}
+
+/// The reasons in why the action stopped: a trigger that leaves the
+/// controller's intent unknown (it died, or a hangup came) or says a
+/// descendant could not be proven keeps the stage, whichever trigger came
+/// first.
+fn stop_trigger(replay: &Replay, rc: &Receipt, rs: &mut Reasons) {
+    if stopped_for(rc, StopReason::MappingRefused) && rc.uncertain_mappings == 0 {
         // Not a reason the table lets through: the stop itself says a
         // descendant could not be proven, whatever the count claims.
         rs.push(
@@ -410,7 +468,7 @@ fn judge(
     // The controller may die after another trigger started the stop (say,
     // during the TERM grace): its root_lost is then a later trigger, and
     // its intent is just as unknown.
-    let root_lost = stopped_for(StopReason::RootLost) || replay.root_lost_seen;
+    let root_lost = stopped_for(rc, StopReason::RootLost) || replay.root_lost_seen;
     if root_lost {
         rs.push(
             Code::RootLost,
@@ -420,59 +478,27 @@ fn judge(
     }
     // A hangup (an SSH session ending) neither proves the controller dead
     // nor says it wanted the stage gone: keep it, whichever trigger came first.
-    if stopped_for(StopReason::Hangup) || replay.hangup_seen {
+    if stopped_for(rc, StopReason::Hangup) || replay.hangup_seen {
         rs.push(
             Code::Hangup,
             None,
             "the watchdog got a hangup (SIGHUP): the controller's intent is unknown, so keep the stage",
         );
     }
-    if let Some(why) = rc.staging.as_ref().and_then(|s| s.unreadable.as_ref()) {
-        rs.push(Code::StageUnreadable, None, format!("at close: {why}"));
-    }
-    during_run(replay, rc, rs);
+}
+
+/// The stage given with `--staging` against the one the receipt sealed.
+/// A recorded stage not checked, or checked and not the same, keeps it.
+/// The holder scan's result is returned only when the stage given is the
+/// run's own (changed or not): `None` otherwise.
+fn against_staging(opts: &VerifyOptions, rc: &Receipt, rs: &mut Reasons) -> Option<HolderScan> {
     match (&opts.staging, &rc.staging) {
         (Some(path), None) => rs.push(
             Code::StagingNotRecorded,
             None,
             format!("--staging {} given, but this run recorded no staging directory", path.display()),
         ),
-        (Some(path), Some(sealed)) => match look(opts, path, sealed) {
-            Ok(seen) if !inventory::same_dir(&seen.now.identity, &sealed.identity) => rs.push(
-                Code::StagingMismatch,
-                None,
-                format!(
-                    "{} is not the staging directory of this run (dev/ino/uid/mode differ)",
-                    path.display()
-                ),
-            ),
-            Ok(seen) => {
-                let now = seen.now;
-                if now.inventory != sealed.inventory || now.special != sealed.special {
-                    rs.push(
-                        Code::StagingMismatch,
-                        None,
-                        format!("{} changed since the receipt (inventory differs)", path.display()),
-                    );
-                }
-                // The stage of this run, changed or not: who holds it now.
-                let scan = seen.scan?;
-                let (found, scan) = stage_held::found(scan);
-                match found {
-                    Ok(found) => {
-                        for f in found {
-                            rs.push(Code::StageHeld, None, f);
-                        }
-                    }
-                    Err(e) => rs.push(Code::HoldersNotScanned, None, e),
-                }
-                return scan;
-            }
-            Err(Failure::Blocked(b)) => rs.push(Code::StageUnreadable, None, b.to_string()),
-            Err(Failure::Failed(e)) => {
-                rs.push(Code::StagingMismatch, None, format!("cannot inventory {}: {e}", path.display()))
-            }
-        },
+        (Some(path), Some(sealed)) => return the_sealed_stage(opts, path, sealed, rs),
         // Closed or stopped alike, a recorded stage is checked or kept.
         (None, Some(_)) => rs.push(
             Code::StagingNotChecked,
@@ -484,74 +510,59 @@ fn judge(
     None
 }
 
-/// The stage `--staging` names, now: through the caller's descriptor when
-/// it gave one.
-fn look(
+/// `path` looked at now against `sealed`, the stage the receipt recorded:
+/// its identity, its inventory, and who holds it. Returns the holder scan
+/// when `path` is that stage (`None` when it is another directory, could
+/// not be inventoried, or its scan did not run).
+/// Through the caller's descriptor when it gave one (`rea-stage remove`).
+fn the_sealed_stage(
     opts: &VerifyOptions,
     path: &Path,
-    sealed: &crate::kinds::watchdog::StagingInventoried,
-) -> Result<stage_held::StageNow, Failure> {
+    sealed: &StagingInventoried,
+    rs: &mut Reasons,
+) -> Option<HolderScan> {
     use std::os::fd::AsFd;
-    let fd = opts.staging_fd.as_deref().map(AsFd::as_fd);
-    stage_held::look_at(path, fd, Some(&sealed.identity))
-}
-
-/// The stage during the run, from the records alone: the same directory
-/// at close as at start, and (docs/stage.md) its inventory at close equal
-/// to its baseline. The two recorded digests decide; the `staging_changed`
-/// record names the entries, one reason each.
-fn during_run(replay: &Replay, rc: &Receipt, rs: &mut Reasons) {
-    let start_staging = replay.start().and_then(|s| s.staging.as_ref());
-    let (Some(at_start), Some(sealed)) = (start_staging, &rc.staging) else {
-        return;
-    };
-    if !inventory::same_dir(at_start, &sealed.identity) {
-        rs.push(
+    let opened = opts.staging_fd.as_deref().map(AsFd::as_fd);
+    match stage_held::look_at(path, opened, Some(&sealed.identity)) {
+        Ok(seen) if !inventory::same_dir(&seen.now.identity, &sealed.identity) => rs.push(
             Code::StagingMismatch,
             None,
-            "the staging directory was replaced during the action (identity at close differs from start)",
-        );
-    }
-    if sealed.unreadable.is_some() {
-        return; // stage_unreadable already
-    }
-    let Some(baseline) = replay.baseline() else {
-        return rs.push(
-            Code::StageBaselineMissing,
+            format!(
+                "{} is not the staging directory of this run (dev/ino/uid/mode differ)",
+                path.display()
+            ),
+        ),
+        Ok(seen) => {
+            let now = seen.now;
+            if now.inventory != sealed.inventory || now.special != sealed.special {
+                rs.push(
+                    Code::StagingMismatch,
+                    None,
+                    format!(
+                        "{} changed since the receipt (inventory differs)",
+                        path.display()
+                    ),
+                );
+            }
+            // The stage of this run, changed or not: who holds it now.
+            let scan = seen.scan?;
+            let (found, scan) = stage_held::found(scan);
+            match found {
+                Ok(found) => {
+                    for f in found {
+                        rs.push(Code::StageHeld, None, f);
+                    }
+                }
+                Err(e) => rs.push(Code::HoldersNotScanned, None, e.to_string()),
+            }
+            return scan;
+        }
+        Err(Failure::Blocked(b)) => rs.push(Code::StageUnreadable, None, b.to_string()),
+        Err(Failure::Failed(e)) => rs.push(
+            Code::StagingMismatch,
             None,
-            "the log has no baseline of the stage taken at start: nothing shows the stage did not change during the run",
-        );
-    };
-    if baseline.inventory.digest == sealed.inventory.digest {
-        return;
+            format!("cannot inventory {}: {e}", path.display()),
+        ),
     }
-    let code = Code::StageChangedDuringRun;
-    let Some(c) = replay.stage_changed() else {
-        return rs.push(
-            code,
-            None,
-            "the stage at close is not its baseline at start",
-        );
-    };
-    for e in &c.changes {
-        rs.push(
-            code,
-            None,
-            format!("during the run: {}", summary::stage_change(e)),
-        );
-    }
-    if c.more > 0 {
-        rs.push(
-            code,
-            None,
-            format!("during the run: {} more entries differ", c.more),
-        );
-    }
-    if let Some(why) = &c.unnamed {
-        rs.push(
-            code,
-            None,
-            format!("the stage at close is not its baseline at start ({why})"),
-        );
-    }
+    None
 }

@@ -6,12 +6,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use rea::audit::people::escape;
+use rea::audit::reconcile::text::human;
 use rea::audit::reconcile::{reconcile, Options as ReconcileOptions, EXIT_ERROR};
-use rea::audit::reconcile_text::human;
-use rea::audit::recover_log::{is_recovery_log, verify_recovery_file, RecoveryOptions};
-use rea::audit::remove_log::{is_remove_log, verify_remove_file};
+use rea::audit::recover::log::{is_recovery_log, verify_recovery_file, RecoveryOptions};
 use rea::audit::show::write_timeline;
-use rea::audit::stage_log::{is_stage_log, verify_stage_file};
+use rea::audit::stage::log::{is_stage_log, verify_stage_file};
+use rea::audit::stage::remove_log::{is_remove_log, verify_remove_file};
 use rea::audit::verdict::Status;
 use rea::audit::verify::{verify_file, VerifyOptions};
 use rea::log::chain::is_digest;
@@ -41,15 +41,9 @@ run, genesis, canonical lines, the decision last, agreeing with the records):
   4  error           the log could not be read, or the command line is wrong
 
 A removal log (written by rea-stage remove; its first record is
-remove_started) is recognised and checked the same strict way; its decision
-is run again on the verdict and the walk it recorded (docs/stage.md):
-  0  removed         intact; every check held, every entry and the stage gone
-  1  refused         intact; a check failed, nothing was removed
-  2  incomplete      torn last line or no decision: the removal did not finish
-  3  tampered        chain, sequence, run, order or the decision do not hold
-  4  error           the log could not be read, or the command line is wrong
-  5  stopped         intact; removal began and stopped on a change or an I/O
-                     error, the rest kept (the log names what was removed)
+remove_started) is checked the same strict way, its decision run again on the
+verdict and walk it recorded: 0 removed, 1 refused, 2 incomplete, 3 tampered,
+4 error, 5 stopped (removal began and stopped; rea-stage remove --help).
 
 A recovery log (written by rea-watchdog recover; its first record is
 recovery_started) is recognised too and checked the same strict way; the
@@ -166,6 +160,12 @@ enum Cmd {
         /// receipt names, unchanged since.
         #[arg(long, value_name = "DIR")]
         staging: Option<PathBuf>,
+        /// The content digest of what the controller uploaded, computed
+        /// before the upload (`rea-stage manifest --digest FILE...`): the
+        /// stage the run started with must hold exactly that
+        /// (stage_digest_mismatch otherwise; docs/stage.md).
+        #[arg(long, value_name = "HEX")]
+        expect_stage_digest: Option<String>,
         /// Print the verdict object (audit-schema/verdict.schema.json).
         #[arg(long)]
         json: bool,
@@ -263,8 +263,19 @@ fn main() -> ExitCode {
             expect_head,
             expect_run,
             staging,
+            expect_stage_digest,
             json,
-        } => verify(&log, expect_head, expect_run, staging, json),
+        } => verify(
+            &log,
+            VerifyOptions {
+                expect_head,
+                expect_run,
+                staging,
+                expect_stage_digest,
+                staging_fd: None,
+            },
+            json,
+        ),
         Cmd::Reconcile {
             log,
             state_dir,
@@ -320,40 +331,41 @@ fn print_out<T: serde::Serialize>(
     }
 }
 
-/// `verify LOG`: the verifier of the log's kind (discard, recovery or the
-/// watchdog's), its verdict printed, its exit code.
-fn verify(
-    log: &std::path::Path,
-    expect_head: Option<String>,
-    expect_run: Option<String>,
-    staging: Option<std::path::PathBuf>,
-    json: bool,
-) -> ExitCode {
-    if let Some(h) = &expect_head {
+/// `verify LOG`: the verifier of the log's kind (discard, removal,
+/// recovery or the watchdog's), its verdict printed, its exit code.
+fn verify(log: &std::path::Path, opts: VerifyOptions, json: bool) -> ExitCode {
+    if let Some(h) = &opts.expect_head {
         if !is_digest(h) {
             return usage("--expect-head must be 64 lowercase hex digits");
         }
     }
-    if let Some(r) = &expect_run {
+    if let Some(h) = &opts.expect_stage_digest {
+        if !is_digest(h) {
+            return usage("--expect-stage-digest must be 64 lowercase hex digits");
+        }
+    }
+    let (head, run) = (opts.expect_head.as_deref(), opts.expect_run.as_deref());
+    let other = is_stage_log(log) || is_recovery_log(log) || is_remove_log(log);
+    if opts.expect_stage_digest.is_some() && other {
+        return usage("--expect-stage-digest applies to a watchdog's audit log only");
+    }
+    if let Some(r) = run {
         if !is_token(r) {
             return usage("--expect-run must match [A-Za-z0-9_.-]{1,64}");
         }
     }
+    if opts.staging.is_some() && (is_stage_log(log) || is_remove_log(log)) {
+        return usage("--staging does not apply to a discard or removal log (rea-stage)");
+    }
     if is_stage_log(log) {
-        if staging.is_some() {
-            return usage("--staging does not apply to a discard log (rea-stage discard)");
-        }
-        let v = verify_stage_file(log, expect_head.as_deref(), expect_run.as_deref());
+        let v = verify_stage_file(log, head, run);
         if let Err(code) = print_out(json, &v, "verdict", || v.human()) {
             return code;
         }
         return ExitCode::from(v.exit_code as u8);
     }
     if is_remove_log(log) {
-        if staging.is_some() {
-            return usage("--staging does not apply to a removal log (rea-stage remove)");
-        }
-        let v = verify_remove_file(log, expect_head.as_deref(), expect_run.as_deref());
+        let v = verify_remove_file(log, head, run);
         if let Err(code) = print_out(json, &v, "verdict", || v.human()) {
             return code;
         }
@@ -361,9 +373,9 @@ fn verify(
     }
     if is_recovery_log(log) {
         let opts = RecoveryOptions {
-            expect_head,
-            expect_run,
-            staging,
+            expect_head: opts.expect_head.clone(),
+            expect_run: opts.expect_run.clone(),
+            staging: opts.staging.clone(),
         };
         let v = verify_recovery_file(log, &opts);
         if let Err(code) = print_out(json, &v, "verdict", || v.human()) {
@@ -371,12 +383,6 @@ fn verify(
         }
         return ExitCode::from(v.exit_code as u8);
     }
-    let opts = VerifyOptions {
-        expect_head,
-        expect_run,
-        staging,
-        staging_fd: None,
-    };
     let v = verify_file(log, &opts);
     if v.status == Status::Error {
         // Not a log at all (unreadable, a FIFO, a device): say so
@@ -422,7 +428,7 @@ fn holders(dirs: &[std::path::PathBuf], json: bool) -> ExitCode {
         &shown.join("\0"),
         rea::bounded::STAGE_DEADLINE,
         &[],
-        || rea::holders::scan::scan(&paths).map_err(|e| e.to_string()),
+        || rea::holders::scan::scan(&paths).map_err(rea::bounded::WorkError::of),
     );
     let scan = match scanned {
         Ok(s) => s,

@@ -6,16 +6,18 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use rea::audit::stage_remove::{remove, Args};
+use rea::audit::stage::remove::{remove, Args};
 use rea::stage::discard::{discard, EXIT_USAGE};
-use rea::stage::receipt::{begin, BeginError};
+use rea::stage::pinned::manifest;
+use rea::stage::receipt::{begin, declare, BeginError};
 
 const EXIT_HELP: &str = "\
 Exit codes (begin):
   0  created    the stage and its receipt exist; the receipt's SHA-256 is on stdout
   1  refused    DIR exists, or its parent is not a real directory reached without symlinks
   3  failed     an I/O error while creating (see stderr)
-  4  usage      bad arguments (a --file name that is not a plain name, ...)
+  4  usage      bad arguments (a --file name that is not a plain name, a pin
+                that is not 64 hex digits, ...)
 
 Exit codes (discard):
   0  discarded  every check held; every entry, the receipt and DIR are gone
@@ -74,6 +76,21 @@ before its first removal, then refuses `armed` (removing only its own marker)
 if DIR/.rea-exec-started exists; a watchdog arming the stage does the same the
 other way round and refuses to start. It is removed last, before the rmdir.";
 
+const MANIFEST_HELP: &str = "\
+Example (bash):
+  mapfile -t pins < <(rea-stage manifest build/runtime.bin build/hopper.so)
+  digest=$(rea-stage manifest --digest build/runtime.bin build/hopper.so)
+  rea-stage begin \"$STAGE\" \"${pins[@]}\"
+  ... upload, run the watchdog with --staging \"$STAGE\", close ...
+  rea-audit verify LOG --staging \"$STAGE\" --expect-stage-digest \"$digest\"
+
+The content digest is SHA-256 over one line per entry, `kind TAB name TAB
+sha256 NL`, in byte order of the names (docs/stage.md, \"The expected
+content\"); the watchdog records the same digest of the stage at its start.
+
+Exit codes: 0 printed; 4 usage (a file that is missing, not a regular file,
+or whose name begin would refuse; nothing is printed).";
+
 #[derive(Parser)]
 #[command(
     name = "rea-stage",
@@ -111,8 +128,26 @@ enum Cmd {
         dir: PathBuf,
         /// A name the upload may create in DIR (a plain name: no `/`, not `.`
         /// or `..`, not rea's own; at most 64, each at most 255 bytes).
-        #[arg(long = "file", value_name = "NAME", required = true)]
+        /// `NAME=SHA256` also pins its content: a watchdog then refuses to
+        /// start unless the stage holds exactly the declared names, each a
+        /// regular file, every pinned one with that hash
+        /// (stage_not_as_uploaded). `rea-stage manifest` prints these.
+        #[arg(long = "file", value_name = "NAME[=SHA256]", required = true)]
         files: Vec<String>,
+    },
+    /// Print `--file=NAME=SHA256` for each local FILE (one argument per
+    /// line, for `begin`), computed before the upload; with --digest, the
+    /// content digest of a stage holding exactly these files instead (for
+    /// `rea-audit verify --expect-stage-digest`).
+    #[command(after_help = MANIFEST_HELP)]
+    Manifest {
+        /// The local files to upload; each is uploaded as its last
+        /// path component.
+        #[arg(required = true, value_name = "FILE")]
+        paths: Vec<PathBuf>,
+        /// Print only the content digest.
+        #[arg(long)]
+        digest: bool,
     },
     /// Remove DIR if it is the untouched stage the receipt names; otherwise
     /// remove nothing. Everything is recorded in FILE.
@@ -163,7 +198,26 @@ fn main() -> ExitCode {
         return ExitCode::from(code as u8);
     };
     match cmd {
-        Cmd::Begin { dir, files } => match begin(&dir, &files) {
+        Cmd::Manifest { paths, digest } => match manifest(&paths) {
+            Ok(m) if digest => {
+                println!("{}", m.digest);
+                ExitCode::SUCCESS
+            }
+            Ok(m) => {
+                for a in m.args {
+                    println!("{a}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("rea-stage: manifest: {e}; nothing was printed");
+                ExitCode::from(EXIT_USAGE as u8)
+            }
+        },
+        Cmd::Begin { dir, files } => match declare(&files)
+            .map_err(BeginError::Names)
+            .and_then(|d| begin(&dir, &d))
+        {
             Ok((sha, _)) => {
                 println!("{sha}");
                 ExitCode::SUCCESS
@@ -228,7 +282,7 @@ fn main() -> ExitCode {
 }
 
 /// `remove`'s line on stdout and each reason on stderr.
-fn print_removed(done: &rea::audit::stage_remove::Done, log: &std::path::Path) {
+fn print_removed(done: &rea::audit::stage::remove::Done, log: &std::path::Path) {
     let Some(outcome) = done.outcome else {
         return;
     };

@@ -102,6 +102,28 @@ impl Listing {
     }
 }
 
+/// The digest of a stage's content, of what was uploaded into it
+/// (docs/stage.md, "The expected content"): SHA-256 over one line per
+/// entry, `kind TAB path TAB extra NL`, in byte order of `path`, leaving
+/// out the entries `skip` says are not uploaded (rea's own). Inodes,
+/// owners, modes and link counts are left out on purpose: the controller
+/// computes the same digest from its local files before the upload
+/// (`rea-stage manifest --digest`). `None` for a listing cut at
+/// [`MAX_LISTED`]: a digest of part of the stage would pin nothing.
+pub fn content_digest(listing: &Listing, skip: impl Fn(&str) -> bool) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    if listing.past_cap > 0 {
+        return None;
+    }
+    let mut kept: Vec<&Entry> = listing.entries.iter().filter(|e| !skip(&e.path)).collect();
+    kept.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+    let mut h = Sha256::new();
+    for e in kept {
+        h.update(format!("{}\t{}\t{}\n", e.kind, e.path, e.extra).as_bytes());
+    }
+    Some(crate::vocab::hex(&h.finalize()))
+}
+
 /// The `staging_changed` record for a stage whose digest at close
 /// (`now_digest`) differs from its baseline's: each entry added, removed,
 /// replaced (another type or another inode at the path) or changed (same

@@ -75,8 +75,9 @@ fn kind_of(mode: u32) -> &'static str {
     }
 }
 
-/// Bytes as printable ASCII, everything else (and `\`) as `\xNN`.
-fn escape(bytes: &[u8]) -> String {
+/// Bytes as printable ASCII, everything else (and `\`) as `\xNN`: how
+/// a name appears in an inventory line and a listing's `path`.
+pub fn escape(bytes: &[u8]) -> String {
     let mut s = String::with_capacity(bytes.len());
     for &b in bytes {
         if (0x20..0x7f).contains(&b) && b != b'\\' {

@@ -6,12 +6,22 @@
 use crate::holders::{text, HolderScan};
 use crate::kinds::watchdog::HoldersScanned;
 
+/// A recorded scan that could not run: its error as recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanFailed(pub String);
+
+impl std::fmt::Display for ScanFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// What a recorded scan says: one detail per finding (none: not held), or
 /// why it could not run. The discard decides on this, and its replay too.
-pub fn findings(h: &HoldersScanned) -> Result<Vec<String>, String> {
+pub fn findings(h: &HoldersScanned) -> Result<Vec<String>, ScanFailed> {
     match h {
         HoldersScanned::Scanned(s) => Ok(held(s)),
-        HoldersScanned::Failed { error } => Err(error.clone()),
+        HoldersScanned::Failed { error } => Err(ScanFailed(error.clone())),
     }
 }
 

@@ -10,8 +10,11 @@ pub use super::group::{
     GroupKillFailed, GroupMember, GroupRemoved, GroupSeen, GroupState, Unkillable,
     GROUP_KILL_NAMED,
 };
-pub use super::stage::{StageArmed, StagingChanged};
+pub use super::stage::{
+    StageArmed, StagingBaseline, StagingChanged, StagingInventoried, StartRefusal, StartRefused,
+};
 pub use super::stop::{StopPriority, StopTriggered};
+pub use super::tree::{DirIdentity, Inventory, TempEntry};
 use crate::holders::HolderScan;
 use crate::vocab::{Capture, Op, RefusalReason};
 use serde::{Deserialize, Serialize};
@@ -35,26 +38,6 @@ pub struct Bounds {
     /// How long the ask step lasts (timeout's `-k`); absent: half the grace.
     #[serde(default, skip_serializing_if = "AskSpan::is_half_grace")]
     pub ask: AskSpan,
-}
-
-/// What a directory was when it was first seen; compared again by `verify`.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct DirIdentity {
-    pub path: String,
-    pub dev: u64,
-    pub ino: u64,
-    pub uid: u32,
-    pub mode: u32,
-}
-
-/// A digest of a directory tree's listing (see `inventory`).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct Inventory {
-    pub entries: u64,
-    pub bytes: u64,
-    pub digest: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -392,14 +375,6 @@ impl StopCompleted {
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-pub struct TempEntry {
-    pub path: String,
-    pub kind: String,
-    pub size: u64,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
 pub struct TempRootInventoried {
     pub path: String,
     pub inventory: Inventory,
@@ -413,23 +388,6 @@ pub struct TempRootInventoried {
 pub struct TempRootRemoved {
     pub removed: bool,
     pub detail: String,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct StagingInventoried {
-    pub identity: DirIdentity,
-    pub inventory: Inventory,
-    /// Sockets, FIFOs, devices and mount points in the stage, named for
-    /// people (the first [`crate::inventory::MAX_SPECIAL`]); `inventory`
-    /// covers them all.
-    pub special: Vec<TempEntry>,
-    pub special_truncated: bool,
-    /// Set when the stage could not be read within its deadline at close
-    /// (a stuck file system on or under it): why, the blocked helper
-    /// named. `identity` is then the start's and `inventory` empty.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unreadable: Option<String>,
 }
 
 /// The holder scan at close (docs/stage.md, "The holder scan"): the stage
@@ -561,7 +519,7 @@ events! {
     RunStarted(RunStarted) = "run_started",
     RootBound(RootBound) = "root_bound",
     StageArmed(StageArmed) = "stage_armed",
-    StagingBaseline(StagingInventoried) = "staging_baseline",
+    StagingBaseline(StagingBaseline) = "staging_baseline",
     RequestReceived(RequestReceived) = "request_received",
     RequestRefused(RequestRefused) = "request_refused",
     RequestsRefused(RequestsRefused) = "requests_refused",
@@ -591,4 +549,5 @@ events! {
     GroupKill(GroupKill) = "group_kill",
     GroupKillFailed(GroupKillFailed) = "group_kill_failed",
     GroupRemoved(GroupRemoved) = "group_removed",
+    StartRefused(StartRefused) = "start_refused",
 }

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::log::RecoveryLog;
-use crate::audit::reconcile_env::run_processes;
+use crate::audit::reconcile::env::run_processes;
 use crate::contain::census::census;
 use crate::contain::group::ActionGroup;
 use crate::contain::proof::checked_census;

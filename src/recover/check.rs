@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 
 use crate::audit::reader::open_log;
-use crate::audit::reconcile_log::{scan, LogScan};
+use crate::audit::reconcile::log::{scan, LogScan};
 use crate::audit::verdict::Status;
 use crate::audit::verify::{verify_file, VerifyOptions};
 use crate::contain::census::look;

@@ -7,8 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::receipt::{BeforeTransfer, MAX_RECEIPT};
+use super::receipt::{BeforeTransfer, ReceiptError, MAX_RECEIPT};
 use super::{ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};
+use crate::kinds::held::ScanFailed;
 
 /// What an entry of the stage is (`fstatat`, no link followed).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,11 +95,11 @@ pub struct Facts {
     /// Entries that changed while they were inventoried.
     pub changed: Vec<String>,
     /// The receipt's content, parsed (`None`: not read; too large or not a file).
-    pub receipt: Option<Result<BeforeTransfer, String>>,
+    pub receipt: Option<Result<BeforeTransfer, ReceiptError>>,
     /// The holder scan: each holder, mount and loop device named (empty:
     /// not held), or why it could not run (`None`: not scanned, in a log
     /// written before the discard scanned).
-    pub holders: Option<Result<Vec<String>, String>>,
+    pub holders: Option<Result<Vec<String>, ScanFailed>>,
 }
 
 /// Every refusal has its own code.
@@ -232,7 +233,7 @@ fn trusted<'a>(f: &'a Facts, out: &mut Vec<Refusal>) -> Option<&'a BeforeTransfe
             return None;
         }
         Some(Err(why)) => {
-            out.push(Refusal::new(Code::ReceiptInvalid, name, why.clone()));
+            out.push(Refusal::new(Code::ReceiptInvalid, name, why.to_string()));
             return None;
         }
         Some(Ok(r)) => r,
@@ -259,9 +260,33 @@ fn trusted<'a>(f: &'a Facts, out: &mut Vec<Refusal>) -> Option<&'a BeforeTransfe
 }
 
 /// Why the stage may not be discarded; empty when it may.
+///
+/// The refusals come in a fixed order (the receipt, the holders, the
+/// stage's owner, each entry in listing order, then the listing itself),
+/// so the verifier's run of this function on the recorded facts gives the
+/// very list the discard recorded.
 pub fn decide(f: &Facts) -> Vec<Refusal> {
     let mut out = Vec::new();
     let receipt = trusted(f, &mut out);
+    held(f, &mut out);
+    if f.stage.uid != f.uid {
+        let d = format!(
+            "the stage belongs to uid {}, not ours ({})",
+            f.stage.uid, f.uid
+        );
+        out.push(Refusal::new(Code::ForeignUid, None, d));
+    }
+    for e in &f.entries {
+        entry(f, receipt, e, &mut out);
+    }
+    listing(f, &mut out);
+    bound(out)
+}
+
+/// The holder scan's refusals: one `stage_held` per holder named, or
+/// `holders_not_scanned` when the scan could not run. None when the facts
+/// carry no scan (a log written before the discard scanned).
+fn held(f: &Facts, out: &mut Vec<Refusal>) {
     match &f.holders {
         Some(Ok(found)) => {
             for x in found {
@@ -274,80 +299,93 @@ pub fn decide(f: &Facts) -> Vec<Refusal> {
         }
         None => {}
     }
-    if f.stage.uid != f.uid {
-        let d = format!(
-            "the stage belongs to uid {}, not ours ({})",
-            f.stage.uid, f.uid
-        );
-        out.push(Refusal::new(Code::ForeignUid, None, d));
+}
+
+/// One entry's refusals: a marker (a watchdog armed the stage, another
+/// discard is under way), a name the trusted receipt does not declare, a
+/// type other than a regular file (the receipt itself excepted), and for
+/// a regular file what [`regular_file`] finds. With no trusted receipt
+/// every name counts as declared: the receipt's own refusal already
+/// stands.
+fn entry(f: &Facts, receipt: Option<&BeforeTransfer>, e: &Entry, out: &mut Vec<Refusal>) {
+    let name = Some(e.name.as_str());
+    if e.name == ARMED_NAME {
+        out.push(Refusal::new(
+            Code::Armed,
+            name,
+            "a watchdog armed this stage: an exec may have started",
+        ));
+        return;
     }
-    for e in &f.entries {
-        let name = Some(e.name.as_str());
-        if e.name == ARMED_NAME {
-            out.push(Refusal::new(
-                Code::Armed,
-                name,
-                "a watchdog armed this stage: an exec may have started",
-            ));
-            continue;
+    if e.name == DISCARDING_NAME {
+        out.push(Refusal::new(
+            Code::DiscardInProgress,
+            name,
+            "another discard is removing this stage (or one stopped part way)",
+        ));
+        return;
+    }
+    let declared = match receipt {
+        Some(r) if e.name != RECEIPT_NAME => {
+            r.files.iter().any(|d| escape_name(d.as_bytes()) == e.name)
         }
-        if e.name == DISCARDING_NAME {
-            out.push(Refusal::new(
-                Code::DiscardInProgress,
-                name,
-                "another discard is removing this stage (or one stopped part way)",
-            ));
-            continue;
-        }
-        let declared = match receipt {
-            Some(r) if e.name != RECEIPT_NAME => {
-                r.files.iter().any(|d| escape_name(d.as_bytes()) == e.name)
-            }
-            _ => true,
-        };
-        if !declared {
+        _ => true,
+    };
+    if !declared {
+        let mut r = Refusal::new(
+            Code::UndeclaredEntry,
+            name,
+            format!("a {} that is not a declared upload", e.kind.as_str()),
+        );
+        r.kind = Some(e.kind);
+        out.push(r);
+    }
+    if e.kind != EntryType::File {
+        if e.name != RECEIPT_NAME {
             let mut r = Refusal::new(
-                Code::UndeclaredEntry,
+                Code::NotRegular,
                 name,
-                format!("a {} that is not a declared upload", e.kind.as_str()),
+                format!("a {}, not a regular file", e.kind.as_str()),
             );
             r.kind = Some(e.kind);
             out.push(r);
         }
-        if e.kind != EntryType::File {
-            if e.name != RECEIPT_NAME {
-                let mut r = Refusal::new(
-                    Code::NotRegular,
-                    name,
-                    format!("a {}, not a regular file", e.kind.as_str()),
-                );
-                r.kind = Some(e.kind);
-                out.push(r);
-            }
-            continue;
-        }
-        if e.nlink != 1 {
-            out.push(Refusal::new(
-                Code::HardLinked,
-                name,
-                format!("{} links", e.nlink),
-            ));
-        }
-        if e.uid != f.uid {
-            out.push(Refusal::new(
-                Code::ForeignUid,
-                name,
-                format!("belongs to uid {}", e.uid),
-            ));
-        }
-        if e.dev != f.stage.dev {
-            out.push(Refusal::new(
-                Code::OtherFilesystem,
-                name,
-                "on another filesystem",
-            ));
-        }
+        return;
     }
+    regular_file(f, e, out);
+}
+
+/// A regular file's refusals: more than one link (another name, possibly
+/// outside the stage, shares its data), another owner than us, another
+/// file system than the stage's.
+fn regular_file(f: &Facts, e: &Entry, out: &mut Vec<Refusal>) {
+    let name = Some(e.name.as_str());
+    if e.nlink != 1 {
+        out.push(Refusal::new(
+            Code::HardLinked,
+            name,
+            format!("{} links", e.nlink),
+        ));
+    }
+    if e.uid != f.uid {
+        out.push(Refusal::new(
+            Code::ForeignUid,
+            name,
+            format!("belongs to uid {}", e.uid),
+        ));
+    }
+    if e.dev != f.stage.dev {
+        out.push(Refusal::new(
+            Code::OtherFilesystem,
+            name,
+            "on another filesystem",
+        ));
+    }
+}
+
+/// The listing's own refusals: more entries than it keeps, and each entry
+/// that changed while it was inventoried.
+fn listing(f: &Facts, out: &mut Vec<Refusal>) {
     if f.truncated {
         out.push(Refusal::new(
             Code::TooManyEntries,
@@ -362,7 +400,6 @@ pub fn decide(f: &Facts) -> Vec<Refusal> {
             "changed while it was inventoried",
         ));
     }
-    bound(out)
 }
 
 /// At most this many refusals are listed; the rest are summed up in one.

@@ -17,7 +17,7 @@ use super::log::{
     DiscardApproved, DiscardDecided, DiscardStarted, Outcome, Removed, RemovedEntry, StageEvent,
     StageInventoried, StageLog,
 };
-use super::path::{open_parent, Id};
+use super::path::{open_parent, Id, Parent};
 use super::remove::{pause_hook, remove_stage, unlink_entry, unlink_own, PAUSE_UNLINK_ENV};
 use super::{ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};
 use crate::bounded::{self, Blocked, Failure, STAGE_DEADLINE};
@@ -130,7 +130,8 @@ pub(crate) fn before_log(dir: &Path, log_path: &Path, shown: &str) -> Before {
     let opened = bounded::run(&what, shown, STAGE_DEADLINE, &[], || {
         let stage = open_parent(dir).map_err(|e| e.to_string())?;
         let id = Id::of(stage.open_stage().map_err(|e| e.to_string())?.as_fd());
-        id.map(|i| (i.dev, i.ino)).map_err(|e| e.to_string())
+        id.map(|i| (i.dev, i.ino))
+            .map_err(crate::bounded::WorkError::of)
     });
     match opened {
         Err(Failure::Blocked(b)) => return Before::StageBlocked(b),
@@ -160,19 +161,18 @@ pub(crate) fn before_log(dir: &Path, log_path: &Path, shown: &str) -> Before {
 }
 
 /// The (dev, inode) of `dir` and of every directory above it up to `/`.
-fn ancestors(dir: &Path) -> Result<Vec<(u64, u64)>, String> {
+fn ancestors(dir: &Path) -> Result<Vec<(u64, u64)>, bounded::WorkError> {
     use nix::fcntl::{openat, OFlag};
-    let mut fd: std::os::fd::OwnedFd = std::fs::File::open(dir).map_err(|e| e.to_string())?.into();
+    let mut fd: std::os::fd::OwnedFd = std::fs::File::open(dir)?.into();
     let mut out = Vec::new();
     for _ in 0..4096 {
-        let here = Id::of(fd.as_fd()).map_err(|e| e.to_string())?;
+        let here = Id::of(fd.as_fd())?;
         if out.last() == Some(&(here.dev, here.ino)) {
             break;
         }
         out.push((here.dev, here.ino));
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-        fd = openat(fd.as_fd(), "..", flags, nix::sys::stat::Mode::empty())
-            .map_err(|e| e.to_string())?;
+        fd = openat(fd.as_fd(), "..", flags, nix::sys::stat::Mode::empty())?;
     }
     Ok(out)
 }
@@ -185,22 +185,52 @@ fn unreachable(run: &mut Run, stage: &str, hex: &str, r: Refusal) -> Done {
     run.seal(Outcome::Refused, vec![r], false, EXIT_REFUSED)
 }
 
+/// Runs `rea-stage discard` (docs/stage.md) to its end: what it prints and
+/// exits with. Every step but the argument check is on the record.
 pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
-    let usage = |msg: String| {
-        eprintln!("rea-stage: {msg}");
-        Done {
-            code: EXIT_USAGE,
-            outcome: None,
-            reasons: Vec::new(),
-            head: None,
-        }
-    };
+    steps(dir, hex, log_path).unwrap_or_else(|ended| ended)
+}
+
+/// A step of the discard: `Err` is the discard ending there, with what it
+/// prints and exits with (a usage error, a log that could not be written,
+/// or a refusal already sealed in the log).
+type Step<T> = Result<T, Done>;
+
+/// The discard's steps in the order of the module's doc; each makes
+/// durable what it looked at before the next one acts on it.
+fn steps(dir: &Path, hex: &str, log_path: &Path) -> Step<Done> {
+    let (mut run, before, shown) = create_log(dir, hex, log_path)?;
+    let stage = reach(&mut run, dir, hex, before, &shown)?;
+    let (listing, facts) = look(&mut run, &stage, hex)?;
+    let (order, marker_ino) = approve(&mut run, &stage, &facts)?;
+    Ok(remove(&mut run, &stage, &listing, &order, marker_ino))
+}
+
+/// A usage error: said on stderr, nothing logged (there is no log yet).
+fn usage(msg: String) -> Done {
+    eprintln!("rea-stage: {msg}");
+    Done {
+        code: EXIT_USAGE,
+        outcome: None,
+        reasons: Vec::new(),
+        head: None,
+    }
+}
+
+/// Checks the arguments, looks at the stage and the log's directory
+/// ([`before_log`]), then creates the log (`O_EXCL`: one log per
+/// discard). Returns the run writing that log, what the look found (a
+/// stage that did not answer is refused once the log exists) and the
+/// stage's absolute path as shown in records. Nothing is logged yet.
+fn create_log(dir: &Path, hex: &str, log_path: &Path) -> Step<(Run, Before, String)> {
     if !crate::vocab::is_digest(hex) {
-        return usage("--receipt-sha256 must be 64 lowercase hex digits".into());
+        return Err(usage(
+            "--receipt-sha256 must be 64 lowercase hex digits".into(),
+        ));
     }
     let run_id = match super::receipt::nonce() {
         Ok(n) => format!("discard-{}", &n[..16]),
-        Err(e) => return usage(format!("cannot read /dev/urandom: {e}")),
+        Err(e) => return Err(usage(format!("cannot read /dev/urandom: {e}"))),
     };
     let shown = std::path::absolute(dir)
         .unwrap_or(dir.to_path_buf())
@@ -208,51 +238,65 @@ pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
         .to_string();
     let before = before_log(dir, log_path, &shown);
     match &before {
-        Before::LogInStage(why) => return usage(why.clone()),
-        Before::LogDirBlocked(why) => return usage(why.clone()),
+        Before::LogInStage(why) => return Err(usage(why.clone())),
+        Before::LogDirBlocked(why) => return Err(usage(why.clone())),
         Before::Ready | Before::StageBlocked(_) => {}
     }
     let log = match StageLog::create(log_path, &run_id) {
         Ok(l) => l,
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            return usage(format!(
+            return Err(usage(format!(
                 "audit log {} already exists (one log per discard; it is never appended to)",
                 log_path.display()
-            ))
+            )))
         }
-        Err(e) => return log_failed(e),
+        Err(e) => return Err(log_failed(e)),
     };
-    let mut run = Run { log, removed: 0 };
+    Ok((Run { log, removed: 0 }, before, shown))
+}
+
+/// The stage, opened through its parent without following a link, and
+/// what the records call it.
+struct Reached {
+    parent: Parent,
+    fd: std::os::fd::OwnedFd,
+    id: Id,
+    dir_id: DirId,
+    /// The parent's normal path: what the records and the holder scan name.
+    shown: String,
+}
+
+/// Opens the stage through its parent and records `discard_started` with
+/// its identity, durably, before anything in it is listed (a listing that
+/// stalls is then on the record). A stage that did not answer before the
+/// log existed, or cannot be reached now, is refused (sealed).
+fn reach(run: &mut Run, dir: &Path, hex: &str, before: Before, shown: &str) -> Step<Reached> {
     if let Before::StageBlocked(b) = before {
         let r = Refusal::new(Code::StageUnreadable, None, b.to_string());
-        return unreachable(&mut run, &shown, hex, r);
+        return Err(unreachable(run, shown, hex, r));
     }
     let parent = match open_parent(dir) {
         Ok(p) => p,
         Err(e) => {
-            return unreachable(
-                &mut run,
-                &shown,
-                hex,
-                Refusal::new(Code::StageUnreachable, None, e.to_string()),
-            )
+            let r = Refusal::new(Code::StageUnreachable, None, e.to_string());
+            return Err(unreachable(run, shown, hex, r));
         }
     };
     let shown = parent.path.display().to_string();
-    let reach = |e: std::io::Error| {
+    let unopened = |e: std::io::Error| {
         Refusal::new(
             Code::StageUnreachable,
             None,
             format!("{shown} cannot be opened as a directory without following a link: {e}"),
         )
     };
-    let stage = match parent.open_stage() {
+    let fd = match parent.open_stage() {
         Ok(fd) => fd,
-        Err(e) => return unreachable(&mut run, &shown, hex, reach(e)),
+        Err(e) => return Err(unreachable(run, &shown, hex, unopened(e))),
     };
-    let id = match Id::of(stage.as_fd()) {
+    let id = match Id::of(fd.as_fd()) {
         Ok(id) => id,
-        Err(e) => return unreachable(&mut run, &shown, hex, reach(e)),
+        Err(e) => return Err(unreachable(run, &shown, hex, unopened(e))),
     };
     let dir_id = DirId {
         dev: id.dev,
@@ -262,80 +306,124 @@ pub fn discard(dir: &Path, hex: &str, log_path: &Path) -> Done {
     };
     // Durable before the listing: a listing that stalls is on the record.
     if let Err(e) = run.started(&shown, Some(dir_id), hex) {
-        return log_failed(e);
+        return Err(log_failed(e));
     }
-    let listing = match inventory::take(stage.as_fd()) {
+    Ok(Reached {
+        parent,
+        fd,
+        id,
+        dir_id,
+        shown,
+    })
+}
+
+/// Lists the stage and reads its receipt through its descriptor, scans
+/// who holds it (under a deadline), and records all of it durably
+/// (`stage_inventoried`). Returns the listing and the facts [`decide`]
+/// judges. A listing that fails is refused (sealed).
+fn look(run: &mut Run, stage: &Reached, hex: &str) -> Step<(Listing, Facts)> {
+    let listing = match inventory::take(stage.fd.as_fd()) {
         Ok(l) => l,
         Err(e) => {
             let r = Refusal::new(Code::IoError, None, format!("listing the stage: {e}"));
-            return run.seal(Outcome::Refused, vec![r], false, EXIT_REFUSED);
+            return Err(run.seal(Outcome::Refused, vec![r], false, EXIT_REFUSED));
         }
     };
     let receipt = listing.receipt.as_deref().map(super::receipt::parse);
-    // Who holds it, by the descriptor the listing was taken through.
-    // A holder's open file on a stuck file system answers no stat: the scan
-    // runs with a deadline too.
-    let what = format!("the holder scan of {shown}");
-    let scanned = bounded::run(&what, &shown, STAGE_DEADLINE, &[stage.as_fd()], || {
-        scan_fds(&[(Path::new(&shown), stage.as_fd())]).map_err(|e| e.to_string())
-    });
-    let holders = match scanned {
-        Ok(s) => HoldersScanned::Scanned(s),
-        Err(e) => HoldersScanned::Failed {
-            error: crate::vocab::bounded(&e.to_string()),
-        },
-    };
+    let holders = holder_scan(stage);
     let held = held::findings(&holders);
     let inv = StageInventoried {
         entries: listing.entries.clone(),
         truncated: listing.truncated,
         changed: listing.changed.clone(),
         receipt: receipt.as_ref().and_then(|r| r.as_ref().ok().cloned()),
-        receipt_error: receipt.as_ref().and_then(|r| r.as_ref().err().cloned()),
+        receipt_error: receipt
+            .as_ref()
+            .and_then(|r| r.as_ref().err().map(ToString::to_string)),
         holders: Some(Box::new(holders)),
     };
     if let Err(e) = run.log.record(&StageEvent::Inventoried(inv)) {
-        return log_failed(e);
+        return Err(log_failed(e));
     }
     let facts = Facts {
         uid: nix::unistd::getuid().as_raw(),
         expected: hex.to_string(),
-        stage: dir_id,
+        stage: stage.dir_id,
         entries: listing.entries.clone(),
         truncated: listing.truncated,
         changed: listing.changed.clone(),
         receipt,
         holders: Some(held),
     };
-    let refusals = decide(&facts);
-    if !refusals.is_empty() {
-        return run.seal(Outcome::Refused, refusals, false, EXIT_REFUSED);
+    Ok((listing, facts))
+}
+
+/// Who holds the stage, by the descriptor the listing was taken through.
+/// A holder's open file on a stuck file system answers no stat: the scan
+/// runs with a deadline too, and one that fails or stalls is recorded as
+/// `Failed` (which refuses: `holders_not_scanned`).
+fn holder_scan(stage: &Reached) -> HoldersScanned {
+    let shown = &stage.shown;
+    let what = format!("the holder scan of {shown}");
+    let scanned = bounded::run(&what, shown, STAGE_DEADLINE, &[stage.fd.as_fd()], || {
+        scan_fds(&[(Path::new(shown), stage.fd.as_fd())]).map_err(crate::bounded::WorkError::of)
+    });
+    match scanned {
+        Ok(s) => HoldersScanned::Scanned(s),
+        Err(e) => HoldersScanned::Failed {
+            error: crate::vocab::bounded(&e.to_string()),
+        },
     }
-    let marker_ino = match interlock(stage.as_fd(), run.log.run()) {
+}
+
+/// Decides; on approval creates the `.rea-discarding` marker (the
+/// interlock with a watchdog arming the stage) and records the whole plan
+/// durably (`discard_approved`) before anything is removed. Returns the
+/// plan's order and the marker's inode. A refusal is sealed.
+fn approve(run: &mut Run, stage: &Reached, facts: &Facts) -> Step<(Vec<String>, u64)> {
+    let refusals = decide(facts);
+    if !refusals.is_empty() {
+        return Err(run.seal(Outcome::Refused, refusals, false, EXIT_REFUSED));
+    }
+    let marker_ino = match interlock(stage.fd.as_fd(), run.log.run()) {
         Ok(ino) => ino,
-        Err(r) => return run.seal(Outcome::Refused, vec![r], false, EXIT_REFUSED),
+        Err(r) => return Err(run.seal(Outcome::Refused, vec![r], false, EXIT_REFUSED)),
     };
-    let order = plan(&facts);
+    let order = plan(facts);
     if let Err(e) = run.log.record(&StageEvent::Approved(DiscardApproved {
         plan: order.clone(),
         marker_ino,
     })) {
-        return log_failed(e);
+        return Err(log_failed(e));
     }
-    if let Err(r) = remove_all(&mut run, &listing, &order, stage.as_fd(), marker_ino) {
+    Ok((order, marker_ino))
+}
+
+/// Removes the plan's entries in order, each recorded as it is done, then
+/// the directory itself (through its parent, only if it is still the one
+/// opened), and seals the log `discarded`. A removal that stops part way
+/// is sealed `refused` with exit 2; nothing after it is touched.
+fn remove(
+    run: &mut Run,
+    stage: &Reached,
+    listing: &Listing,
+    order: &[String],
+    marker_ino: u64,
+) -> Done {
+    if let Err(r) = remove_all(run, listing, order, stage.fd.as_fd(), marker_ino) {
         return match r {
             Stop::Log(e) => log_failed(e),
             Stop::Refused(r) => run.seal(Outcome::Refused, vec![r], false, EXIT_STOPPED),
         };
     }
-    if let Err(r) = remove_stage(&parent, stage.as_fd(), id) {
+    if let Err(r) = remove_stage(&stage.parent, stage.fd.as_fd(), stage.id) {
         return run.seal(Outcome::Refused, vec![r], false, EXIT_STOPPED);
     }
-    let _ = nix::unistd::fsync(&parent.fd);
+    let _ = nix::unistd::fsync(&stage.parent.fd);
     let gone = StageEvent::Removed(RemovedEntry {
-        name: shown.clone(),
+        name: stage.shown.clone(),
         what: Removed::Stage,
-        ino: id.ino,
+        ino: stage.id.ino,
     });
     if let Err(e) = run.log.record(&gone) {
         return log_failed(e);
@@ -430,7 +518,11 @@ fn remove_all(
     for name in order {
         if name == DISCARDING_NAME {
             unlink_own(dirfd, DISCARDING_NAME, marker_ino).map_err(|why| {
-                Stop::Refused(Refusal::new(Code::ConcurrentChange, Some(name), why))
+                Stop::Refused(Refusal::new(
+                    Code::ConcurrentChange,
+                    Some(name),
+                    why.to_string(),
+                ))
             })?;
             run.removed += 1;
             let rec = StageEvent::Removed(RemovedEntry {

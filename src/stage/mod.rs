@@ -6,10 +6,11 @@
 //! (`begin`), [`decide`] is the discard decision as a pure function over a
 //! listing, [`inventory`] takes that listing through the stage's descriptor,
 //! [`log`] is the discard's own hash-chained log, [`remove`] the removal,
-//! and [`discard`] puts them together. `rea-stage remove` (the verified
+//! and [`discard`] puts them together; [`pinned`] is the expected content
+//! (the receipt's pins, the manifest). `rea-stage remove` (the verified
 //! removal of a stage after a run) has [`remove_decide`] (its decision, a
 //! pure function), [`remove_log`] (its log) and [`remove_tree`] (its
-//! unlinks); it is put together in `crate::audit::stage_remove`, since it
+//! unlinks); it is put together in `crate::audit::stage::remove`, since it
 //! runs verify. Nothing here ever signals anything.
 
 pub mod decide;
@@ -17,6 +18,7 @@ pub mod discard;
 pub mod inventory;
 pub mod log;
 pub mod path;
+pub mod pinned;
 pub mod receipt;
 pub mod remove;
 pub mod remove_decide;

@@ -7,6 +7,7 @@
 //! then fsynced with its directory. Its digest is over the file's exact
 //! bytes, newline included.
 
+use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -41,6 +42,12 @@ pub struct BeforeTransfer {
     pub receipt_ino: u64,
     /// The names the upload may create (plain names).
     pub files: Vec<String>,
+    /// The content pinned for some of those names (`--file NAME=SHA256`):
+    /// the watchdog refuses to start on a stage that does not match
+    /// (docs/stage.md, "The expected content"). Absent when none is pinned,
+    /// so a receipt without pins is byte for byte what it always was.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sha256: BTreeMap<String, String>,
     /// 32 random bytes, hex: two receipts never hash alike.
     pub nonce: String,
     /// RFC 3339 UTC.
@@ -59,6 +66,10 @@ pub enum BadName {
     Control(String),
     Reserved(String),
     Duplicate(String),
+    /// `NAME=...` whose part after the last `=` is not a SHA-256.
+    Pin(String),
+    /// A pin in a receipt for a name the receipt does not declare.
+    PinUndeclared(String),
 }
 
 impl std::fmt::Display for BadName {
@@ -73,6 +84,13 @@ impl std::fmt::Display for BadName {
             BadName::Control(n) => write!(f, "--file {n:?} contains a control character"),
             BadName::Reserved(n) => write!(f, "--file {n:?} is reserved for rea itself"),
             BadName::Duplicate(n) => write!(f, "--file {n:?} is declared twice"),
+            BadName::Pin(n) => write!(
+                f,
+                "--file {n:?}: after the last `=` comes the file's SHA-256 (64 hex digits)"
+            ),
+            BadName::PinUndeclared(n) => {
+                write!(f, "a hash is pinned for {n:?}, which is not declared")
+            }
         }
     }
 }
@@ -109,6 +127,35 @@ pub fn check_names(names: &[String]) -> Result<(), BadName> {
         }
     }
     Ok(())
+}
+
+/// The declared names and the hashes pinned for some of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Declared {
+    pub files: Vec<String>,
+    pub sha256: BTreeMap<String, String>,
+}
+
+/// Parses `--file` arguments: `NAME` declares a name, `NAME=SHA256` also
+/// pins its content. A name holding `=` is split at its last `=`, so it can
+/// only be declared with a pin.
+pub fn declare(args: &[String]) -> Result<Declared, BadName> {
+    let mut out = Declared::default();
+    for a in args {
+        match a.rsplit_once('=') {
+            None => out.files.push(a.clone()),
+            Some((name, hex)) => {
+                let hex = hex.to_ascii_lowercase();
+                if !crate::vocab::is_digest(&hex) {
+                    return Err(BadName::Pin(crate::vocab::bounded(a)));
+                }
+                out.files.push(name.to_string());
+                out.sha256.insert(name.to_string(), hex);
+            }
+        }
+    }
+    check_names(&out.files)?;
+    Ok(out)
 }
 
 /// Why `begin` failed; nothing was created unless `created` says so.
@@ -158,9 +205,9 @@ pub fn create_exclusive(dir: BorrowedFd<'_>, name: &str) -> io::Result<std::fs::
 /// `rea-stage begin`: mkdir 0700, write the receipt, return its digest.
 pub fn begin(
     dir: &std::path::Path,
-    files: &[String],
+    declared: &Declared,
 ) -> Result<(String, BeforeTransfer), BeginError> {
-    check_names(files).map_err(BeginError::Names)?;
+    check_names(&declared.files).map_err(BeginError::Names)?;
     let parent = open_parent(dir).map_err(BeginError::Path)?;
     let shown = parent.path.display().to_string();
     let io_err = |what: &str| {
@@ -195,7 +242,8 @@ pub fn begin(
             mode: id.mode,
         },
         receipt_ino: own.ino,
-        files: files.to_vec(),
+        files: declared.files.clone(),
+        sha256: declared.sha256.clone(),
         nonce,
         ts: crate::clock::rfc3339_now(),
     };
@@ -210,21 +258,59 @@ pub fn begin(
     Ok((sha256_hex(&bytes), receipt))
 }
 
+/// Why receipt bytes are not a receipt `begin` wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReceiptError {
+    NoNewline,
+    NotObject,
+    /// Not the receipt's JSON (serde's message).
+    Json(String),
+    WrongKind {
+        kind: String,
+        version: u32,
+    },
+    /// Its names or pins break `begin`'s rules.
+    Names(BadName),
+    /// The error a discard log recorded, read back by its verifier.
+    Recorded(String),
+}
+
+impl std::fmt::Display for ReceiptError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReceiptError::NoNewline => write!(f, "the receipt does not end with a newline"),
+            ReceiptError::NotObject => write!(f, "the receipt is not a JSON object"),
+            ReceiptError::Json(e) | ReceiptError::Recorded(e) => f.write_str(e),
+            ReceiptError::WrongKind { kind, version } => write!(
+                f,
+                "kind {kind:?} version {version} is not a before-transfer receipt"
+            ),
+            ReceiptError::Names(b) => write!(f, "{b}"),
+        }
+    }
+}
+
 /// Parses receipt bytes strictly: one object, then exactly one `\n`.
-pub fn parse(bytes: &[u8]) -> Result<BeforeTransfer, String> {
-    let body = bytes
-        .strip_suffix(b"\n")
-        .ok_or("the receipt does not end with a newline")?;
+pub fn parse(bytes: &[u8]) -> Result<BeforeTransfer, ReceiptError> {
+    let body = bytes.strip_suffix(b"\n").ok_or(ReceiptError::NoNewline)?;
     if !body.starts_with(b"{") {
-        return Err("the receipt is not a JSON object".into());
+        return Err(ReceiptError::NotObject);
     }
-    let r: BeforeTransfer = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let r: BeforeTransfer =
+        serde_json::from_slice(body).map_err(|e| ReceiptError::Json(e.to_string()))?;
     if r.kind != KIND || r.version != VERSION {
-        return Err(format!(
-            "kind {:?} version {} is not a before-transfer receipt",
-            r.kind, r.version
-        ));
+        return Err(ReceiptError::WrongKind {
+            kind: r.kind,
+            version: r.version,
+        });
     }
-    check_names(&r.files).map_err(|b| b.to_string())?;
+    check_names(&r.files).map_err(ReceiptError::Names)?;
+    if let Some(n) = r.sha256.keys().find(|n| !r.files.contains(n)) {
+        return Err(ReceiptError::Names(BadName::PinUndeclared(n.clone())));
+    }
+    if let Some(n) = r.sha256.iter().find(|(_, h)| !crate::vocab::is_digest(h)) {
+        let shown = format!("{}={}", n.0, crate::vocab::bounded(n.1));
+        return Err(ReceiptError::Names(BadName::Pin(shown)));
+    }
     Ok(r)
 }

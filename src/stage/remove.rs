@@ -62,19 +62,61 @@ pub fn unlink_entry(dirfd: BorrowedFd<'_>, raw: &[u8], was: &Entry) -> Result<()
     }
 }
 
+/// Why a marker rea created was not removed ([`unlink_own`]). Its text is
+/// what the discard log and the watchdog's refusal record say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnlinkOwnError {
+    /// The name could not be looked at (gone, or the directory failed).
+    Stat { name: String, errno: Errno },
+    /// The name is no longer the regular file of the inode created: someone
+    /// replaced it, and what is there now is not ours to remove.
+    Replaced {
+        name: String,
+        now: u64,
+        created: u64,
+    },
+    /// `unlinkat` itself failed.
+    Unlink { name: String, errno: Errno },
+}
+
+impl std::fmt::Display for UnlinkOwnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UnlinkOwnError::Stat { name, errno } => write!(f, "{name}: {errno}"),
+            UnlinkOwnError::Replaced { name, now, created } => write!(
+                f,
+                "{name} is now inode {now}, not the one created (inode {created})"
+            ),
+            UnlinkOwnError::Unlink { name, errno } => write!(f, "unlink {name}: {errno}"),
+        }
+    }
+}
+
+impl std::error::Error for UnlinkOwnError {}
+
 /// Removes `name` (a marker rea created) if it is still the regular file
 /// of inode `ino`; the error says why not.
-pub fn unlink_own(dirfd: BorrowedFd<'_>, name: &str, ino: u64) -> Result<(), String> {
+pub fn unlink_own(dirfd: BorrowedFd<'_>, name: &str, ino: u64) -> Result<(), UnlinkOwnError> {
     use nix::fcntl::AtFlags;
-    let st = nix::sys::stat::fstatat(dirfd, name, AtFlags::AT_SYMLINK_NOFOLLOW)
-        .map_err(|e| format!("{name}: {e}"))?;
+    let named = || name.to_string();
+    let st =
+        nix::sys::stat::fstatat(dirfd, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(|errno| {
+            UnlinkOwnError::Stat {
+                name: named(),
+                errno,
+            }
+        })?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_ino != ino {
-        return Err(format!(
-            "{name} is now inode {}, not the one created (inode {ino})",
-            st.st_ino
-        ));
+        return Err(UnlinkOwnError::Replaced {
+            name: named(),
+            now: st.st_ino,
+            created: ino,
+        });
     }
-    unlinkat(dirfd, name, UnlinkatFlags::NoRemoveDir).map_err(|e| format!("unlink {name}: {e}"))
+    unlinkat(dirfd, name, UnlinkatFlags::NoRemoveDir).map_err(|errno| UnlinkOwnError::Unlink {
+        name: named(),
+        errno,
+    })
 }
 
 /// Waits on the pause FIFO named by `var` if the hook is set (tests only).
@@ -135,5 +177,29 @@ pub fn remove_stage(parent: &Parent, stage: BorrowedFd<'_>, opened: Id) -> Resul
             ))
         }
         Err(e) => Err(Refusal::new(Code::IoError, None, format!("rmdir: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The texts the discard log and the watchdog's refusal carry.
+    #[test]
+    fn why_a_marker_stays_reads_as_before() {
+        let e = UnlinkOwnError::Replaced {
+            name: ".rea-discarding".into(),
+            now: 12,
+            created: 11,
+        };
+        assert_eq!(
+            e.to_string(),
+            ".rea-discarding is now inode 12, not the one created (inode 11)"
+        );
+        let e = UnlinkOwnError::Unlink {
+            name: "m".into(),
+            errno: Errno::EBUSY,
+        };
+        assert_eq!(e.to_string(), format!("unlink m: {}", Errno::EBUSY));
     }
 }

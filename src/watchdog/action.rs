@@ -26,7 +26,7 @@ use super::phase::{Input, Phase, StopStart};
 use super::receipt::{self, Finished, Sealing};
 use super::reply::Replies;
 use super::sources::{Source, Sources};
-use super::start::Started;
+use super::start::{OpenError, Started};
 use super::state_dir::StateDir;
 use super::stop::{Exits, Step, Trigger};
 use crate::contain::group::ActionGroup;
@@ -65,20 +65,20 @@ impl Action {
         state: StateDir,
         audit: AuditWriter,
         staging_start: Option<DirIdentity>,
-    ) -> Result<Action, String> {
-        let fail = |what: &str, e: io::Error| format!("{what}: {e}");
-        let mut src = Sources::new().map_err(|e| fail("epoll", e))?;
+    ) -> Result<Action, OpenError> {
+        let mut src = Sources::new().map_err(OpenError::Epoll)?;
         let [first, root] = started.first_records(&cfg, &state, staging_start.clone());
         let deadline = cfg.action_deadline.map(|d| Instant::now() + d);
-        let jobs = Jobs::new(&cfg, &state, &started, deadline).map_err(|e| fail("jobs", e))?;
+        let jobs = Jobs::new(&cfg, &state, &started, deadline).map_err(OpenError::Jobs)?;
         let (contained, how) = (started.contained.take(), StopStart::new(&cfg, &started));
         let me = started.me;
         let ext = External::new(started.signals, started.root, &cfg, &mut src)?;
         src.add(state.fifo.as_raw_fd(), Source::Fifo, Interest::READABLE)
-            .map_err(|e| fail("request FIFO", e))?;
+            .map_err(OpenError::Fifo)?;
         let mut ledger = Ledger::new(audit);
         let mut stage = super::baseline::Stage::new(staging_start);
-        let group = ledger.start([first, root], contained, stage.arm_then_baseline(&cfg))?;
+        let group = ledger.start([first, root], contained, stage.arm_then_baseline(&cfg));
+        let group = group.map_err(OpenError::Ledger)?;
         Ok(Action {
             cfg,
             me,

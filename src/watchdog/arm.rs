@@ -27,14 +27,36 @@ use crate::stage::receipt::create_exclusive;
 use crate::stage::remove::unlink_own;
 use crate::stage::{ARMED_NAME, DISCARDING_NAME, RECEIPT_NAME};
 
+/// Why a stage could not be armed: the start is refused, nothing launched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArmRefused {
+    /// The stage, as given.
+    pub stage: String,
+    /// The step that failed (`creating .rea-exec-started`, `arming`, ...).
+    pub step: String,
+    pub cause: String,
+}
+
+impl std::fmt::Display for ArmRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "staging directory {}: {}: {} (refusing to start; nothing was launched)",
+            self.stage, self.step, self.cause
+        )
+    }
+}
+
 /// Arms the stage if it is one `rea-stage begin` made; the record to write.
-pub fn arm_stage(cfg: &Config, start: Option<&DirIdentity>) -> Result<Option<Event>, String> {
+pub fn arm_stage(cfg: &Config, start: Option<&DirIdentity>) -> Result<Option<Event>, ArmRefused> {
     let (Some(path), Some(start)) = (cfg.staging.as_deref(), start) else {
         return Ok(None);
     };
     let shown = path.display();
-    let fail = |what: &str, e: &dyn std::fmt::Display| {
-        format!("staging directory {shown}: {what}: {e} (refusing to start; nothing was launched)")
+    let fail = |what: &str, e: &dyn std::fmt::Display| ArmRefused {
+        stage: shown.to_string(),
+        step: what.to_string(),
+        cause: e.to_string(),
     };
     let fd = open_dir(path).map_err(|e| fail("cannot open it", &e))?;
     let st = fstat(&fd).map_err(|e| fail("fstat", &e))?;
@@ -87,7 +109,7 @@ pub fn arm_stage(cfg: &Config, start: Option<&DirIdentity>) -> Result<Option<Eve
         };
         let why = match other {
             Ok(_) => format!("{busy} ({DISCARDING_NAME} exists)"),
-            Err(e) => e,
+            Err(e) => e.to_string(),
         };
         return Err(fail("arming", &format!("{why}; {undone}")));
     }

@@ -9,6 +9,12 @@
 //! verdict rests on the two recorded digests, never on this process's
 //! memory: the listing kept here only names the entries.
 //!
+//! Where the stage's before-transfer receipt pins hashes (`rea-stage begin
+//! --file NAME=SHA256`), the baseline must match them exactly or the start
+//! is refused (`stage_not_as_uploaded`, recorded, nothing launched); the
+//! baseline also records the content digest `verify --expect-stage-digest`
+//! compares (docs/stage.md, "The expected content").
+//!
 //! Both walks hash every byte of the stage, so their deadline grows with
 //! its size ([`hash_deadline`]); a stage that does not answer refuses the
 //! start (`stage_unreadable`, nothing launched), as the identity check does.
@@ -16,10 +22,18 @@
 use std::path::Path;
 use std::time::Duration;
 
+use nix::errno::Errno;
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::Mode;
+
 use super::config::Config;
-use crate::bounded::{self, Failure, STAGE_DEADLINE};
+use crate::bounded::{self, Failure, WorkError, STAGE_DEADLINE};
 use crate::inventory::{self, listing, Listing};
-use crate::kinds::watchdog::{DirIdentity, Event, StagingInventoried};
+use crate::kinds::watchdog::{
+    DirIdentity, Event, StagingBaseline, StagingInventoried, StartRefusal, StartRefused,
+};
+use crate::stage::receipt::{self, BeforeTransfer, MAX_RECEIPT};
+use crate::stage::{pinned, RECEIPT_NAME};
 
 /// The slowest hashing rate a deadline allows for (a loaded machine, a
 /// slow disk): 16 MiB/s, on top of [`STAGE_DEADLINE`].
@@ -55,15 +69,19 @@ impl Stage {
 
     /// The step `Ledger::start` takes after the first records: arm the
     /// stage (`arm.rs`), then take its baseline, so that the marker arming
-    /// made is in it. The records to write, in order.
+    /// made is in it. The records to write, in order; a refusal is
+    /// recorded by the ledger as the log's last record.
     pub fn arm_then_baseline<'a>(
         &'a mut self,
         cfg: &'a Config,
-    ) -> impl FnOnce() -> Result<Vec<Event>, String> + 'a {
+    ) -> impl FnOnce() -> Result<Vec<Event>, StartRefused> + 'a {
         move || {
-            let mut out: Vec<Event> = super::arm::arm_stage(cfg, self.start.as_ref())?
-                .into_iter()
-                .collect();
+            let armed =
+                super::arm::arm_stage(cfg, self.start.as_ref()).map_err(|e| StartRefused {
+                    code: StartRefusal::StageRefused,
+                    detail: e.to_string(),
+                })?;
+            let mut out: Vec<Event> = armed.into_iter().collect();
             if let (Some(path), Some(start)) = (cfg.staging.as_deref(), &self.start) {
                 let (seen, baseline) = take(path, start)?;
                 out.push(Event::StagingBaseline(seen));
@@ -91,16 +109,27 @@ impl Stage {
     }
 }
 
+/// What the hashing walk hands back across its helper: the stage, its
+/// listing, and its before-transfer receipt if it has one.
+type Seen = (StagingInventoried, Listing, Option<BeforeTransfer>);
+
 /// Walks the stage twice in helpers with deadlines: once for its size
 /// (names and sizes only), then hashing everything within the deadline
-/// that size allows. Refuses a stage that was replaced since the start.
-fn take(path: &Path, start: &DirIdentity) -> Result<(StagingInventoried, Baseline), String> {
+/// that size allows, reading the receipt in the same helper. Refuses a
+/// stage that was replaced since the start, a receipt of another stage,
+/// and a stage that is not what the receipt pins (docs/stage.md, "The
+/// expected content").
+fn take(path: &Path, start: &DirIdentity) -> Result<(StagingBaseline, Baseline), StartRefused> {
     let shown = path.display();
-    let refuse = |e: Failure| match e {
-        Failure::Blocked(b) => format!("stage_unreadable: {b}"),
-        Failure::Failed(e) => format!(
+    let refused = |code, e: &dyn std::fmt::Display| StartRefused {
+        code,
+        detail: format!(
             "staging directory {shown}: baseline: {e} (refusing to start; nothing was launched)"
         ),
+    };
+    let refuse = |e: Failure| match e {
+        Failure::Blocked(b) => refused(StartRefusal::StageUnreadable, &b),
+        Failure::Failed(e) => refused(StartRefusal::StageRefused, &e),
     };
     let what = format!("the stage {shown}");
     let key = path.to_string_lossy();
@@ -111,19 +140,71 @@ fn take(path: &Path, start: &DirIdentity) -> Result<(StagingInventoried, Baselin
         Ok(inv.bytes)
     })
     .map_err(refuse)?;
-    let (seen, listing) = bounded::run(&what, &key, hash_deadline(size), &[], || {
-        inventory::staging_listed(path).map_err(|e| e.to_string())
-    })
-    .map_err(refuse)?;
+    let (seen, listing, receipt): Seen =
+        bounded::run(&what, &key, hash_deadline(size), &[], || {
+            let (seen, listing) = inventory::staging_listed(path).map_err(|e| e.to_string())?;
+            let receipt = read_receipt(path)?;
+            Ok((seen, listing, receipt))
+        })
+        .map_err(refuse)?;
     if !inventory::same_dir(&seen.identity, start) {
-        return Err(refuse(Failure::Failed(
-            "it was replaced since the start".to_string(),
-        )));
+        return Err(refused(
+            StartRefusal::StageRefused,
+            &"it was replaced since the start",
+        ));
     }
+    let mut pinned = 0;
+    if let Some(r) = &receipt {
+        if (r.stage.dev, r.stage.ino) != (start.dev, start.ino) {
+            return Err(refused(
+                StartRefusal::StageRefused,
+                &"its before-transfer receipt names another directory",
+            ));
+        }
+        let found = pinned::mismatches(r, &listing);
+        if !found.is_empty() {
+            return Err(refused(
+                StartRefusal::StageNotAsUploaded,
+                &pinned::describe(&found),
+            ));
+        }
+        pinned = r.sha256.len() as u64;
+    }
+    let record = StagingBaseline::new(seen, pinned::uploaded_digest(&listing), pinned);
     let baseline = Baseline {
-        digest: seen.inventory.digest.clone(),
-        bytes: seen.inventory.bytes,
+        digest: record.inventory.digest.clone(),
+        bytes: record.inventory.bytes,
         listing,
     };
-    Ok((seen, baseline))
+    Ok((record, baseline))
+}
+
+/// The stage's before-transfer receipt, parsed strictly, read through
+/// the stage without following a link; `None` when there is none.
+fn read_receipt(path: &Path) -> Result<Option<BeforeTransfer>, WorkError> {
+    use std::io::Read;
+    let dir = inventory::open_dir(path)?;
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let fd = match openat(&dir, RECEIPT_NAME, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Ok(None),
+        Err(e) => return Err(format!("opening {RECEIPT_NAME}: {e}").into()),
+    };
+    let f = std::fs::File::from(fd);
+    let meta = f
+        .metadata()
+        .map_err(|e| WorkError(format!("{RECEIPT_NAME}: {e}")))?;
+    if !meta.is_file() {
+        return Err(format!("{RECEIPT_NAME} is not a regular file").into());
+    }
+    let mut bytes = Vec::new();
+    f.take(MAX_RECEIPT + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| WorkError(format!("reading {RECEIPT_NAME}: {e}")))?;
+    if bytes.len() as u64 > MAX_RECEIPT {
+        return Err(format!("{RECEIPT_NAME} is over {MAX_RECEIPT} bytes").into());
+    }
+    receipt::parse(&bytes)
+        .map(Some)
+        .map_err(|e| WorkError(format!("{RECEIPT_NAME}: {e}")))
 }

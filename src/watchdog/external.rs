@@ -28,6 +28,7 @@ use super::effect::Effects;
 use super::jobs::Jobs;
 use super::ledger::Ledger;
 use super::sources::{Source, Sources};
+use super::start::OpenError;
 use super::stop::Trigger;
 use crate::kinds::watchdog::{Event, SignalReceived, StopReason};
 use crate::process::pidfd::VerifiedPidFd;
@@ -74,15 +75,15 @@ impl External {
         root: Option<VerifiedPidFd>,
         cfg: &Config,
         src: &mut Sources,
-    ) -> Result<External, String> {
+    ) -> Result<External, OpenError> {
         let (mode, forward_run) = (cfg.mode, cfg.forward_signals);
         let fd = signals.as_fd().as_raw_fd();
         src.add(fd, Source::Signals, Interest::READABLE)
-            .map_err(|e| format!("signalfd: {e}"))?;
+            .map_err(OpenError::Signalfd)?;
         let root_token = match &root {
             Some(r) => Some(
                 src.add(r.as_fd().as_raw_fd(), Source::Root, Interest::READABLE)
-                    .map_err(|e| format!("root pidfd: {e}"))?,
+                    .map_err(OpenError::RootPidfd)?,
             ),
             None => None,
         };

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::contain::{choice::Contained, group::ActionGroup};
-use crate::kinds::watchdog::AuditWriter;
+use crate::kinds::watchdog::{AuditWriter, StartRefused};
 use crate::kinds::watchdog::{
     Counts, Event, ForeignMember, MappingUncertain, Proc, ReplyFailed, RequestRefused,
     RequestsRefused,
@@ -230,19 +230,30 @@ impl Ledger {
         &mut self,
         first: [Event; 2],
         contained: Option<Contained>,
-        then: impl FnOnce() -> Result<Vec<Event>, String>,
-    ) -> Result<Option<ActionGroup>, String> {
+        then: impl FnOnce() -> Result<Vec<Event>, StartRefused>,
+    ) -> Result<Option<ActionGroup>, StartFailed> {
         let (third, group) = match contained {
             Some(c) => (Some(Event::Containment(c.record)), c.group),
             None => (None, None),
         };
         for ev in first.iter().chain(third.as_ref()) {
-            self.audit.append(ev).map_err(|e| e.to_string())?;
+            self.audit.append(ev).map_err(StartFailed::Log)?;
             self.counts.add(ev);
         }
-        self.audit.sync().map_err(|e| e.to_string())?;
-        for ev in then()? {
-            self.audit.record(&ev).map_err(|e| e.to_string())?;
+        self.audit.sync().map_err(StartFailed::Log)?;
+        let events = match then() {
+            Ok(events) => events,
+            Err(refused) => {
+                // The log's last record: why nothing was launched.
+                let ev = Event::StartRefused(refused.clone());
+                return Err(match self.audit.record(&ev) {
+                    Ok(_) => StartFailed::Refused(refused),
+                    Err(e) => StartFailed::RefusedUnrecorded(refused, e),
+                });
+            }
+        };
+        for ev in events {
+            self.audit.record(&ev).map_err(StartFailed::Log)?;
             self.counts.add(&ev);
         }
         Ok(group)
@@ -260,5 +271,26 @@ impl Ledger {
         crate::tell::note(format_args!("{e}; stopping the action"));
         self.error = Some(e.to_string());
         self.unhandled = Some(e.to_string());
+    }
+}
+
+/// Why an action's first records did not make it start.
+#[derive(Debug)]
+pub enum StartFailed {
+    /// A first record could not be made durable.
+    Log(AuditError),
+    /// The stage refused the start; `start_refused` is the log's last record.
+    Refused(StartRefused),
+    /// The stage refused the start, and that could not be recorded either.
+    RefusedUnrecorded(StartRefused, AuditError),
+}
+
+impl std::fmt::Display for StartFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartFailed::Log(e) => write!(f, "{e}"),
+            StartFailed::Refused(r) => write!(f, "{r}"),
+            StartFailed::RefusedUnrecorded(r, e) => write!(f, "{r}; {e}"),
+        }
     }
 }

@@ -11,7 +11,7 @@ use super::action::Action;
 use super::config::Config;
 use super::launch_request::LaunchRequest;
 use super::receipt::{ExecResult, Finished};
-use super::start::{prepare, RootChoice};
+use super::start::{prepare, OpenError, RootChoice, StagingStart};
 use super::state_dir;
 use crate::contain::choice::{ContainChoice, Contained};
 use crate::inventory;
@@ -36,18 +36,15 @@ fn open_action(
     root: &RootChoice,
     new_session: bool,
     contain: &ContainChoice,
-) -> Result<Action, String> {
+) -> Result<Action, OpenError> {
     if cfg.audit_log.exists() {
-        return Err(format!(
-            "audit log {} already exists (one log per action; it is never appended to)",
-            cfg.audit_log.display()
-        ));
+        return Err(OpenError::AuditLogExists(cfg.audit_log.clone()));
     }
     let staging_start = match &cfg.staging {
-        Some(p) => Some(staging_identity(p)?),
+        Some(p) => Some(staging_identity(p).map_err(OpenError::Staging)?),
         None => None,
     };
-    let mut started = prepare(root, new_session)?;
+    let mut started = prepare(root, new_session).map_err(OpenError::Start)?;
     let mut cfg = cfg.clone();
     if let Some(h) = &mut cfg.handover {
         h.kept_ignored = started.ignored.numbers(); // read before any was changed
@@ -58,7 +55,7 @@ fn open_action(
     let cfg = &cfg;
     // Before the state directory and the log: `cgroup` that cannot be had
     // fails closed with nothing made and nothing launched.
-    let contained = contain.apply(&cfg.run_id).map_err(|e| e.to_string())?;
+    let contained = contain.apply(&cfg.run_id).map_err(OpenError::Contain)?;
     let give_back = |c: Contained| {
         if let Some(g) = c.group {
             let _ = g.remove(); // empty: nothing was placed in it yet
@@ -68,14 +65,17 @@ fn open_action(
         Ok(s) => s,
         Err(e) => {
             give_back(contained);
-            return Err(e.to_string());
+            return Err(OpenError::StateDir(e));
         }
     };
     let audit = match AuditWriter::create(&cfg.audit_log, &cfg.run_id) {
         Ok(a) => a,
         Err(e) => {
             give_back(contained);
-            return Err(format!("audit log {}: {e}", cfg.audit_log.display()));
+            return Err(OpenError::AuditLog {
+                path: cfg.audit_log.clone(),
+                err: e,
+            });
         }
     };
     started.contained = Some(contained);
@@ -286,15 +286,20 @@ fn mkdtemp(base: &std::path::Path, prefix: &str) -> std::io::Result<PathBuf> {
 /// answer (a FUSE or NFS server gone) refuses the start, `stage_unreadable`,
 /// with nothing made and nothing launched, instead of hanging before the
 /// log exists.
-fn staging_identity(p: &std::path::Path) -> Result<crate::kinds::watchdog::DirIdentity, String> {
+fn staging_identity(
+    p: &std::path::Path,
+) -> Result<crate::kinds::watchdog::DirIdentity, StagingStart> {
     let what = format!("the staging directory {}", p.display());
     let key = p.display().to_string();
     let limit = crate::bounded::STAGE_DEADLINE;
     crate::bounded::run(&what, &key, limit, &[], || {
-        inventory::dir_identity(p).map_err(|e| e.to_string())
+        inventory::dir_identity(p).map_err(crate::bounded::WorkError::of)
     })
     .map_err(|e| match e {
-        crate::bounded::Failure::Blocked(b) => format!("stage_unreadable: {b}"),
-        crate::bounded::Failure::Failed(e) => format!("staging directory {}: {e}", p.display()),
+        crate::bounded::Failure::Blocked(b) => StagingStart::Unreadable(b),
+        crate::bounded::Failure::Failed(cause) => StagingStart::Failed {
+            path: p.to_path_buf(),
+            cause,
+        },
     })
 }

@@ -234,7 +234,7 @@ fn scan_holders(staging: Option<&Path>, state: &StateDir, ledger: &mut Ledger) -
             .join(" ")
     );
     let scanned = crate::bounded::run("the holder scan", &key, STAGE_DEADLINE, &[], || {
-        scan(&roots).map_err(|e| e.to_string())
+        scan(&roots).map_err(crate::bounded::WorkError::of)
     });
     let (record, keep) = match scanned {
         Ok(h) => {
@@ -267,9 +267,9 @@ fn clear_temp_root(
         let fd = inventory::open_dir(&tmp).map_err(|e| e.to_string())?;
         let st = nix::sys::stat::fstat(&fd).map_err(|e| e.to_string())?;
         if (st.st_dev, st.st_ino) != (state.tmp.dev, state.tmp.ino) {
-            return Err("the temp root was replaced".to_string());
+            return Err("the temp root was replaced".into());
         }
-        inventory::inventory_fd(fd.as_fd(), 64).map_err(|e| e.to_string())
+        inventory::inventory_fd(fd.as_fd(), 64).map_err(crate::bounded::WorkError::of)
     });
     match opened {
         Ok((inv, listing)) => {
@@ -298,7 +298,7 @@ fn clear_temp_root(
         // Through the state directory's descriptor, kept in the helper.
         let keep = [state.dir.as_fd()];
         match crate::bounded::run("the temp root", &key, STAGE_DEADLINE, &keep, || {
-            state.remove_tmp().map_err(|e| e.to_string())
+            state.remove_tmp().map_err(crate::bounded::WorkError::of)
         }) {
             Ok(()) => (true, String::new()),
             Err(e) => (false, bounded(&e.to_string())),
@@ -320,7 +320,7 @@ fn read_staging(path: Option<&Path>, stage: &Stage) -> Option<(StagingInventorie
     let what = format!("the stage {}", path.display());
     let key = path.to_string_lossy();
     let read = crate::bounded::run(&what, &key, stage.close_deadline(), &[], || {
-        inventory::staging_listed(path).map_err(|e| e.to_string())
+        inventory::staging_listed(path).map_err(crate::bounded::WorkError::of)
     });
     let unreadable = match read {
         Ok(seen) => return Some(seen),

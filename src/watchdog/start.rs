@@ -3,11 +3,18 @@
 //! descriptor limit and the CPU priority (`priority`), and route the signals
 //! that matter into a signalfd before anything is spawned.
 
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+use nix::errno::Errno;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::config::Config;
+use super::ledger::StartFailed;
 use super::state_dir::StateDir;
-use crate::contain::choice::Contained;
+use crate::bounded::Blocked;
+use crate::contain::choice::{CgroupRefused, Contained};
 use crate::kinds::watchdog::{DirIdentity, Event, Ident, RootBound, RootSource, RunStarted};
 use crate::process::dispositions::{self, SignalBits};
 use crate::process::identity::read_stat;
@@ -71,7 +78,55 @@ pub struct RootChoice {
 
 type Root = (Option<VerifiedPidFd>, RootSource);
 
-fn bind_root(choice: &RootChoice, uid: u32) -> Result<Root, String> {
+/// Why the root controller was not bound: the start is refused, nothing
+/// made and nothing launched. The text names the pid and says so.
+#[derive(Debug)]
+pub enum RootRefused {
+    /// The pid given (or the parent's) is 0 or negative.
+    NotAProcess { pid: i32 },
+    /// Its `/proc/PID/stat` could not be read (for its start time).
+    Unreadable { pid: i32, err: io::Error },
+    /// It is gone.
+    NotAlive { pid: i32 },
+    /// No descriptor to spare for its pidfd or its read-back.
+    NoDescriptors { pid: i32, detail: String },
+    /// The process there is not the one named (start time or uid differ).
+    Mismatch { pid: i32, detail: String },
+}
+
+impl fmt::Display for RootRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RootRefused::NotAProcess { pid } => {
+                write!(
+                    f,
+                    "root controller pid {pid} is not a process (refusing to start)"
+                )
+            }
+            RootRefused::Unreadable { pid, err } => {
+                write!(f, "root controller pid {pid}: {err} (refusing to start)")
+            }
+            RootRefused::NotAlive { pid } => {
+                write!(
+                    f,
+                    "root controller pid {pid} is not alive (refusing to start)"
+                )
+            }
+            RootRefused::NoDescriptors { pid, detail } => write!(
+                f,
+                "root controller pid {pid}: out of descriptors (refusing to start): {detail}"
+            ),
+            RootRefused::Mismatch { pid, detail } => write!(
+                f,
+                "root controller pid {pid} does not match (refusing to start): {detail}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RootRefused {}
+
+fn bind_root(choice: &RootChoice, uid: u32) -> Result<Root, RootRefused> {
     let (pid, source) = match choice.pid {
         Some(p) => (p, RootSource::Argument),
         None if choice.unwatched => return Ok((None, RootSource::Unwatched)),
@@ -84,15 +139,13 @@ fn bind_root(choice: &RootChoice, uid: u32) -> Result<Root, String> {
     // controller). A controller that can die before the watchdog binds it
     // should pass --root-pid and --root-start-time instead.
     if pid <= 0 {
-        return Err(format!(
-            "root controller pid {pid} is not a process (refusing to start)"
-        ));
+        return Err(RootRefused::NotAProcess { pid });
     }
     let start_time = match choice.start_time {
         Some(t) => t,
         None => {
             read_stat(pid)
-                .map_err(|e| format!("root controller pid {pid}: {e} (refusing to start)"))?
+                .map_err(|err| RootRefused::Unreadable { pid, err })?
                 .start_time
         }
     };
@@ -103,15 +156,9 @@ fn bind_root(choice: &RootChoice, uid: u32) -> Result<Root, String> {
     };
     match bind_ident(ident) {
         Ok(fd) => Ok((Some(fd), source)),
-        Err(BindError::Gone) => Err(format!(
-            "root controller pid {pid} is not alive (refusing to start)"
-        )),
-        Err(BindError::NoDescriptors(detail)) => Err(format!(
-            "root controller pid {pid}: out of descriptors (refusing to start): {detail}"
-        )),
-        Err(BindError::Uncertain { detail, .. }) => Err(format!(
-            "root controller pid {pid} does not match (refusing to start): {detail}"
-        )),
+        Err(BindError::Gone) => Err(RootRefused::NotAlive { pid }),
+        Err(BindError::NoDescriptors(detail)) => Err(RootRefused::NoDescriptors { pid, detail }),
+        Err(BindError::Uncertain { detail, .. }) => Err(RootRefused::Mismatch { pid, detail }),
     }
 }
 
@@ -122,32 +169,181 @@ fn bind_root(choice: &RootChoice, uid: u32) -> Result<Root, String> {
 /// --fork` without `--mount-proc`) names other processes by the same
 /// numbers: the watchdog would bind the wrong root and find no job.
 /// `/proc/self` names this process by the number that `/proc` knows it by.
-fn proc_is_ours() -> Result<(), String> {
+fn proc_is_ours() -> Result<(), ProcNotOurs> {
     let me = std::process::id();
     match std::fs::read_link("/proc/self") {
         Ok(p) if p.as_os_str() == me.to_string().as_str() => Ok(()),
-        Ok(p) => Err(format!(
-            "/proc belongs to another PID namespace (it knows this process as {}, \
-             which is pid {me} here): mount a proc for this namespace first \
-             (unshare --pid --fork --mount-proc)",
-            p.display()
-        )),
-        Err(e) => Err(format!("/proc/self: {e} (is /proc mounted?)")),
+        Ok(known_as) => Err(ProcNotOurs::OtherNamespace { known_as, me }),
+        Err(e) => Err(ProcNotOurs::Unreadable(e)),
     }
 }
 
+/// Why `/proc` cannot be trusted to name this namespace's processes
+/// ([`proc_is_ours`]).
+#[derive(Debug)]
+pub enum ProcNotOurs {
+    /// `/proc/self` names another pid: a `/proc` of another PID namespace.
+    OtherNamespace { known_as: PathBuf, me: u32 },
+    /// `/proc/self` could not be read (no `/proc` mounted?).
+    Unreadable(io::Error),
+}
+
+impl fmt::Display for ProcNotOurs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProcNotOurs::OtherNamespace { known_as, me } => write!(
+                f,
+                "/proc belongs to another PID namespace (it knows this process as {}, \
+                 which is pid {me} here): mount a proc for this namespace first \
+                 (unshare --pid --fork --mount-proc)",
+                known_as.display()
+            ),
+            ProcNotOurs::Unreadable(e) => write!(f, "/proc/self: {e} (is /proc mounted?)"),
+        }
+    }
+}
+
+impl std::error::Error for ProcNotOurs {}
+
+/// Why [`prepare`] did not make this process a watchdog: one variant per
+/// step, carrying its cause. Nothing is made or launched before these
+/// steps; the text is what the watchdog says on stderr.
+#[derive(Debug)]
+pub enum StartError {
+    Proc(ProcNotOurs),
+    /// The real and effective uids differ.
+    UidsDiffer,
+    ResetSigchld(io::Error),
+    Root(RootRefused),
+    /// The fork that leaves a process-group leader's session failed.
+    Detach(io::Error),
+    /// `setsid` failed after that fork.
+    SetsidAfterDetach(Errno),
+    Setsid(Errno),
+    Subreaper(Errno),
+    BlockSignals(Errno),
+    Signalfd(Errno),
+    /// This process's own `/proc/self/stat` (its identity) was unreadable.
+    OwnStat(io::Error),
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartError::Proc(e) => e.fmt(f),
+            StartError::UidsDiffer => {
+                f.write_str("real and effective uid differ; run rea-watchdog as one user")
+            }
+            StartError::ResetSigchld(e) => write!(f, "resetting SIGCHLD: {e}"),
+            StartError::Root(e) => e.fmt(f),
+            StartError::Detach(e) => write!(f, "detaching from the caller's session: {e}"),
+            StartError::SetsidAfterDetach(e) => write!(f, "setsid after detaching: {e}"),
+            StartError::Setsid(e) => write!(f, "setsid: {e}"),
+            StartError::Subreaper(e) => write!(f, "PR_SET_CHILD_SUBREAPER: {e}"),
+            StartError::BlockSignals(e) => write!(f, "blocking signals: {e}"),
+            StartError::Signalfd(e) => write!(f, "signalfd: {e}"),
+            StartError::OwnStat(e) => write!(f, "/proc/self/stat: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// Why an action could not be opened: everything that can fail from the
+/// first check to a serving action (`modes.rs`'s `open_action`, then
+/// [`super::action::Action::new`]), one variant per step, carrying its
+/// cause. Nothing was launched; the text is what the watchdog says on
+/// stderr before it exits 125.
+#[derive(Debug)]
+pub enum OpenError {
+    /// The audit log exists: one log per action, never appended to.
+    AuditLogExists(PathBuf),
+    /// The staging directory's identity at start (`--staging`).
+    Staging(StagingStart),
+    /// Becoming a watchdog ([`prepare`]).
+    Start(StartError),
+    /// `--contain cgroup` that cannot be had: nothing made.
+    Contain(CgroupRefused),
+    /// The state directory could not be created.
+    StateDir(io::Error),
+    /// The audit log could not be created.
+    AuditLog { path: PathBuf, err: io::Error },
+    /// The event loop (epoll) could not be made.
+    Epoll(io::Error),
+    /// The jobs' table (its descriptors) could not be made.
+    Jobs(io::Error),
+    /// The signalfd could not join the loop.
+    Signalfd(io::Error),
+    /// The root controller's pidfd could not join the loop.
+    RootPidfd(io::Error),
+    /// The request FIFO could not join the loop.
+    Fifo(io::Error),
+    /// The log's first records could not be made durable, or arming the
+    /// stage or taking its baseline refused the start.
+    Ledger(StartFailed),
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpenError::AuditLogExists(path) => write!(
+                f,
+                "audit log {} already exists (one log per action; it is never appended to)",
+                path.display()
+            ),
+            OpenError::Staging(e) => e.fmt(f),
+            OpenError::Start(e) => e.fmt(f),
+            OpenError::Contain(e) => e.fmt(f),
+            OpenError::StateDir(e) => e.fmt(f),
+            OpenError::AuditLog { path, err } => write!(f, "audit log {}: {err}", path.display()),
+            OpenError::Epoll(e) => write!(f, "epoll: {e}"),
+            OpenError::Jobs(e) => write!(f, "jobs: {e}"),
+            OpenError::Signalfd(e) => write!(f, "signalfd: {e}"),
+            OpenError::RootPidfd(e) => write!(f, "root pidfd: {e}"),
+            OpenError::Fifo(e) => write!(f, "request FIFO: {e}"),
+            OpenError::Ledger(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// Why the staging directory's identity was not read at start: the start
+/// is refused, nothing made, nothing launched.
+#[derive(Debug)]
+pub enum StagingStart {
+    /// The helper reading it did not answer within the deadline: a file
+    /// system that does not answer (`stage_unreadable`, the text's prefix).
+    Unreadable(Blocked),
+    /// It could not be read: the helper's text of the cause.
+    Failed { path: PathBuf, cause: String },
+}
+
+impl fmt::Display for StagingStart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StagingStart::Unreadable(b) => write!(f, "stage_unreadable: {b}"),
+            StagingStart::Failed { path, cause } => {
+                write!(f, "staging directory {}: {cause}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for StagingStart {}
+
 /// Steps 1-3 plus the limits and signals. `new_session` is false for exec,
 /// which stays in its caller's process group so Ctrl-C reaches it.
-pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String> {
-    proc_is_ours()?;
+pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, StartError> {
+    proc_is_ours().map_err(StartError::Proc)?;
     let uid = nix::unistd::getuid().as_raw();
     if nix::unistd::geteuid().as_raw() != uid {
-        return Err("real and effective uid differ; run rea-watchdog as one user".into());
+        return Err(StartError::UidsDiffer);
     }
     // What the caller ignored, before anything here changes a disposition.
     let ignored = dispositions::ignored_now();
-    dispositions::reset_sigchld().map_err(|e| format!("resetting SIGCHLD: {e}"))?;
-    let (root, root_source) = bind_root(choice, uid)?;
+    dispositions::reset_sigchld().map_err(StartError::ResetSigchld)?;
+    let (root, root_source) = bind_root(choice, uid).map_err(StartError::Root)?;
 
     if new_session {
         match nix::unistd::setsid() {
@@ -155,14 +351,13 @@ pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String
             Err(nix::errno::Errno::EPERM) => {
                 // A process-group leader (a shell's foreground job): fork,
                 // and the child, no group leader, leaves (`detach.rs`).
-                detach().map_err(|e| format!("detaching from the caller's session: {e}"))?;
-                nix::unistd::setsid().map_err(|e| format!("setsid after detaching: {e}"))?;
+                detach().map_err(StartError::Detach)?;
+                nix::unistd::setsid().map_err(StartError::SetsidAfterDetach)?;
             }
-            Err(e) => return Err(format!("setsid: {e}")),
+            Err(e) => return Err(StartError::Setsid(e)),
         }
     }
-    nix::sys::prctl::set_child_subreaper(true)
-        .map_err(|e| format!("PR_SET_CHILD_SUBREAPER: {e}"))?;
+    nix::sys::prctl::set_child_subreaper(true).map_err(StartError::Subreaper)?;
 
     let mut nofile = libc::rlimit {
         rlim_cur: 0,
@@ -184,13 +379,11 @@ pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String
     // end the watchdog by its default action (docs/guarantees.md).
     dispositions::ignore_glibc_reserved();
     let mask = dispositions::watched();
-    mask.thread_block()
-        .map_err(|e| format!("blocking signals: {e}"))?;
+    mask.thread_block().map_err(StartError::BlockSignals)?;
     let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
-        .map_err(|e| format!("signalfd: {e}"))?;
+        .map_err(StartError::Signalfd)?;
 
-    let me_stat =
-        read_stat(std::process::id() as i32).map_err(|e| format!("/proc/self/stat: {e}"))?;
+    let me_stat = read_stat(std::process::id() as i32).map_err(StartError::OwnStat)?;
     let me = Ident {
         pid: me_stat.pid,
         start_time: me_stat.start_time,
@@ -206,4 +399,55 @@ pub fn prepare(choice: &RootChoice, new_session: bool) -> Result<Started, String
         priority,
         contained: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The typed errors read as the messages they replaced, word for word:
+    /// tests and people match on these texts.
+    #[test]
+    fn the_refusals_read_as_before() {
+        let root = RootRefused::NotAProcess { pid: 0 };
+        assert_eq!(
+            root.to_string(),
+            "root controller pid 0 is not a process (refusing to start)"
+        );
+        let root = RootRefused::Mismatch {
+            pid: 7,
+            detail: "start time 1 != 2".into(),
+        };
+        assert_eq!(
+            StartError::Root(root).to_string(),
+            "root controller pid 7 does not match (refusing to start): start time 1 != 2"
+        );
+        let proc = ProcNotOurs::OtherNamespace {
+            known_as: PathBuf::from("9"),
+            me: 42,
+        };
+        assert_eq!(
+            proc.to_string(),
+            "/proc belongs to another PID namespace (it knows this process as 9, which is \
+             pid 42 here): mount a proc for this namespace first (unshare --pid --fork \
+             --mount-proc)"
+        );
+        assert_eq!(
+            StartError::Setsid(Errno::EPERM).to_string(),
+            format!("setsid: {}", Errno::EPERM)
+        );
+        let exists = OpenError::AuditLogExists(PathBuf::from("/x/a.jsonl"));
+        assert_eq!(
+            exists.to_string(),
+            "audit log /x/a.jsonl already exists (one log per action; it is never appended to)"
+        );
+        let failed = StagingStart::Failed {
+            path: PathBuf::from("/s"),
+            cause: "gone".into(),
+        };
+        assert_eq!(
+            OpenError::Staging(failed).to_string(),
+            "staging directory /s: gone"
+        );
+    }
 }

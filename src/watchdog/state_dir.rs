@@ -173,7 +173,7 @@ impl StateDir {
         let keep = [self.dir.as_fd()];
         let limit = crate::bounded::STAGE_DEADLINE;
         let _ = crate::bounded::run("the state directory", &key, limit, &keep, || {
-            self.remove_all().map_err(|e| e.to_string())
+            self.remove_all().map_err(crate::bounded::WorkError::of)
         });
     }
 

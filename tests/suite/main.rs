@@ -67,6 +67,7 @@ mod show;
 mod smoke_stop;
 mod stage;
 mod stage_changes;
+mod stage_pinned;
 mod stage_remove;
 mod stop;
 mod stop_bound;

@@ -191,6 +191,9 @@ fn all_codes() -> Vec<Code> {
         StageUnreadable,
         StageChangedDuringRun,
         StageBaselineMissing,
+        StageNotAsUploaded,
+        StageRefused,
+        StageDigestMismatch,
         IoError,
         NotARegularFile,
     ];
@@ -245,6 +248,9 @@ fn all_codes() -> Vec<Code> {
             | StageUnreadable
             | StageChangedDuringRun
             | StageBaselineMissing
+            | StageNotAsUploaded
+            | StageRefused
+            | StageDigestMismatch
             | IoError
             | NotARegularFile => {}
         }
@@ -374,7 +380,11 @@ fn every_kind_events() -> Vec<Event> {
             marker: ".rea-exec-started".into(),
             ino: 5_242_881,
         }),
-        Event::StagingBaseline(staging_inventoried()),
+        Event::StagingBaseline(StagingBaseline::new(
+            staging_inventoried(),
+            Some("c".repeat(64)),
+            2,
+        )),
         Event::RequestReceived(RequestReceived {
             id: Some("install-1".into()),
             op: Some(Op::Spawn),
@@ -747,6 +757,10 @@ fn every_kind_events() -> Vec<Event> {
             populated: false,
             removed: true,
             detail: String::new(),
+        }),
+        Event::StartRefused(StartRefused {
+            code: StartRefusal::StageNotAsUploaded,
+            detail: "the stage is not what the receipt pins: runtime.bin is missing".into(),
         }),
         Event::HoldersScanned(HoldersScanned::Scanned(holder_scan())),
         Event::HoldersScanned(HoldersScanned::Failed {
@@ -1714,7 +1728,7 @@ fn readme_worked_example_verifies() {
 
 mod recovery {
     use super::*;
-    use rea::audit::recover_log::{verify_recovery_file, RecoveryOptions};
+    use rea::audit::recover::log::{verify_recovery_file, RecoveryOptions};
     use rea::kinds::group::{CheckedMember, RunIdSeen};
     use rea::kinds::recovery::{
         Code as RCode, Outcome as ROutcome, Reason as RReason, RecoveryChecked, RecoveryDecided,
@@ -2028,7 +2042,7 @@ mod recovery {
 
 mod removal {
     use super::*;
-    use rea::audit::remove_log::verify_remove_file;
+    use rea::audit::stage::remove_log::verify_remove_file;
     use rea::stage::decide::DirId;
     use rea::stage::remove_decide::{
         Code as XCode, LogVerdict, Refusal as XRefusal, VerdictReason, Walked,

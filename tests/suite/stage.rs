@@ -1123,6 +1123,7 @@ mod decision {
                 },
                 receipt_ino: 2,
                 files: vec!["a".into(), "b".into(), "c".into()],
+                sha256: Default::default(),
                 nonce: "0".repeat(64),
                 ts: "2026-12-01T00:00:00Z".into(),
             })),
@@ -1160,7 +1161,9 @@ mod decision {
             ),
             (
                 Code::ReceiptInvalid,
-                Box::new(|f| f.receipt = Some(Err("bad".into()))),
+                Box::new(|f| {
+                    f.receipt = Some(Err(rea::stage::receipt::ReceiptError::Json("bad".into())))
+                }),
             ),
             (
                 Code::StageHeld,
@@ -1168,7 +1171,11 @@ mod decision {
             ),
             (
                 Code::HoldersNotScanned,
-                Box::new(|f| f.holders = Some(Err("Permission denied".into()))),
+                Box::new(|f| {
+                    f.holders = Some(Err(rea::kinds::held::ScanFailed(
+                        "Permission denied".into(),
+                    )))
+                }),
             ),
             (
                 Code::ReceiptTooLarge,

@@ -43,6 +43,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import holders  # noqa: E402  (section 9, tools/bench/holders.py)
 import oneshot  # noqa: E402  (section 10, tools/bench/oneshot.py)
+import stagehash  # noqa: E402  (section 11, tools/bench/stagehash.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -639,6 +640,8 @@ def report(res, info, args, started, ended):
         holders.section9_md(w, res["s9"])
     if res.get("s10") is not None:
         oneshot.section10_md(w, res["s10"])
+    if res.get("s11") is not None:
+        stagehash.section11_md(w, res["s11"])
     w("## Targets")
     w("")
     w("| target | measured (this run) | |")
@@ -1329,7 +1332,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="one small pass (N=20,200; 1 rep) to debug the harness")
     ap.add_argument("--full", action="store_true", help="repeat the peers' rows as often as the containing supervisors'")
     ap.add_argument("--reps-scale", type=int, default=1, help="multiply the repetition counts")
-    ap.add_argument("--sections", default="1,2,3,4,5,6,7,8,9,10")
+    ap.add_argument("--sections", default="1,2,3,4,5,6,7,8,9,10,11")
     ap.add_argument("--ns", help="section 1 only at these N (comma-separated), to iterate")
     ap.add_argument("--sups", help="sections 1 and 3 only for these supervisors (comma-separated)")
     ap.add_argument("--triggers", help="section 1 only for these triggers (comma-separated)")
@@ -1378,7 +1381,8 @@ def main():
     fns = {1: section1, 2: section2, 3: section3, 4: section4, 5: section5, 6: section6, 7: section7, 8: section8,
            9: lambda run, args: holders.section9(run, args, log, WORK, ROOT),
            10: lambda run, args: oneshot.section10(os.path.join(REL, "rea-watchdog"),
-                                                   os.path.join(ROOT, "tools"))}
+                                                   os.path.join(ROOT, "tools")),
+           11: lambda run, args: stagehash.section11(REL, WORK)}
     try:
         for k in sorted(secs):
             info["uptime"].append((f"before section {k}", uptime()))

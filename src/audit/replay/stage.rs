@@ -8,13 +8,16 @@
 //! other.
 
 use super::Replay;
+use crate::audit::verdict::{Code, Reason};
 use crate::inventory::same_dir;
-use crate::kinds::watchdog::{Receipt, StagingChanged, StagingInventoried};
+use crate::kinds::watchdog::{
+    Receipt, StagingBaseline, StagingChanged, StartRefusal, StartRefused,
+};
 
 impl Replay {
     /// `staging_baseline`: once, for a run with a stage, of that stage,
     /// before the first `job_spawned`.
-    pub(super) fn staging_baseline(&mut self, b: StagingInventoried) {
+    pub(super) fn staging_baseline(&mut self, b: StagingBaseline) {
         let start = self.start.as_ref().and_then(|s| s.staging.as_ref());
         let problem = match start {
             _ if self.baseline.is_some() => Some("a second staging_baseline"),
@@ -25,11 +28,69 @@ impl Replay {
             Some(_) if self.counts.jobs > 0 => {
                 Some("the staging_baseline comes after a job_spawned")
             }
-            Some(_) if b.unreadable.is_some() => Some("a staging_baseline recorded unreadable"),
             Some(_) => None,
         };
         self.push_problem(problem.map(str::to_string));
         self.baseline.get_or_insert(b);
+    }
+
+    /// `stage_armed`: once, right after the start records, and only in a
+    /// run with a stage.
+    pub(super) fn stage_armed(&mut self, path: &str) {
+        let staged = self.start.as_ref().is_some_and(|s| s.staging.is_some());
+        if self.seen != self.group.first_records() + 1 || !staged {
+            self.push_problem(Some(format!(
+                "stage_armed ({path}) is not the first record after the start records of a run with a staging directory"
+            )));
+        }
+    }
+
+    /// `start_refused`: before anything was spawned, in a run with a stage
+    /// (every refusal after the log is open is about the stage), and last
+    /// (checked as each later record arrives).
+    pub(super) fn start_refused(&mut self, r: StartRefused) {
+        let staged = self.start.as_ref().is_some_and(|s| s.staging.is_some());
+        let problem = if !staged {
+            Some("a start_refused in a run without a staging directory")
+        } else if self.counts.jobs > 0 || self.baseline.is_some() {
+            Some("a start_refused after the stage's baseline or a job_spawned")
+        } else {
+            None
+        };
+        self.push_problem(problem.map(str::to_string));
+        self.refused.get_or_insert(r);
+    }
+
+    /// The reasons of a log that ends in `start_refused` (it has no
+    /// receipt to finish with): what did not add up, then the refusal.
+    pub fn finish_refused(&mut self) -> Vec<Reason> {
+        let Some(r) = self.refused.clone() else {
+            return Vec::new();
+        };
+        let mut out = std::mem::take(&mut self.out);
+        if !self.second_is_root_bound {
+            out.push(Reason::new(
+                Code::ReplayMismatch,
+                None,
+                "the second record is not root_bound: the root was never bound",
+            ));
+        }
+        let code = match r.code {
+            StartRefusal::StageNotAsUploaded => Code::StageNotAsUploaded,
+            StartRefusal::StageUnreadable => Code::StageUnreadable,
+            StartRefusal::StageRefused => Code::StageRefused,
+        };
+        out.push(Reason::new(
+            code,
+            None,
+            format!("the start was refused, nothing was launched: {}", r.detail),
+        ));
+        out
+    }
+
+    /// Why the start was refused, when the log says it was.
+    pub fn refused(&self) -> Option<&StartRefused> {
+        self.refused.as_ref()
     }
 
     /// `staging_changed`: once, right after the inventory at close, naming
@@ -62,7 +123,7 @@ impl Replay {
     }
 
     /// The baseline, if the run recorded one.
-    pub fn baseline(&self) -> Option<&StagingInventoried> {
+    pub fn baseline(&self) -> Option<&StagingBaseline> {
         self.baseline.as_ref()
     }
 

@@ -120,7 +120,7 @@ fn stage_key(stage: &Path) -> Option<(u64, u64)> {
     let stat = || {
         std::fs::metadata(stage)
             .map(|m| (m.dev(), m.ino()))
-            .map_err(|e| e.to_string())
+            .map_err(crate::bounded::WorkError::of)
     };
     crate::bounded::run(&what, &key, crate::bounded::STAGE_DEADLINE, &[], stat).ok()
 }

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use super::census::Census;
 use super::{StopHost, Stopper};
-use crate::kinds::watchdog::{Event, Link, Sig, SignalFailed, SignalSweep, Stage};
+use crate::kinds::watchdog::{Event, Ident, Link, Sig, SignalFailed, SignalSweep, Stage};
 use crate::process::identity::{read_stat, Stat};
 use crate::process::pidfd::{
     bind_member, bind_scanned_child, BindError, MemberError, VerifiedPidFd,
@@ -121,17 +121,11 @@ impl Stopper {
                 break;
             }
             let key = (st.pid, st.start_time);
-            let done = match stage {
-                Stage::Ask | Stage::Term => {
-                    self.termed.contains(&key) || self.killed.contains(&key)
-                }
-                Stage::Kill => self.killed.contains(&key),
-            };
             let link = Link {
                 pid: st.pid,
                 ppid: st.ppid,
             };
-            if st.is_zombie() || done || self.uncertain.contains(&key) {
+            if st.is_zombie() || self.signalled(key) || self.uncertain.contains(&key) {
                 part.others.push(link);
                 continue;
             }
@@ -144,62 +138,15 @@ impl Stopper {
                 spare = self.spare(part.targets.len());
             }
             let bound = match group {
-                Some(ino) => {
-                    let (proven, held) = (&mut self.proven, &self.held);
-                    let alive = |p: i32| held.alive(p);
-                    match bind_member(st.pid, ino, me.uid, |s| proven.prove(s, me, alive)) {
-                        Ok(fd) => Ok(fd),
-                        Err(MemberError::Bind(e)) => Err(e),
-                        // In the group, not the action's: recorded, never
-                        // signalled, left out of the census from now on.
-                        Err(MemberError::Foreign { process, why }) => {
-                            self.mark_foreign(host, process, why);
-                            continue;
-                        }
-                        // Not in the group (it left, or its pid names another
-                        // process now): never signalled by this path; a
-                        // descendant that left is found by the scan once the
-                        // group is empty.
-                        Err(MemberError::NotMember | MemberError::Unsupported) => {
-                            Err(BindError::Gone)
-                        }
-                    }
-                }
+                Some(ino) => match self.bind_in_group(host, st, ino, me) {
+                    Some(bound) => bound,
+                    None => continue,
+                },
                 // No reaping happens inside a step: a child the census saw
                 // is still that child.
                 None => bind_scanned_child(st, me.uid, parent_ok),
             };
-            match bound {
-                Ok(fd) => {
-                    self.retry.remove(&key);
-                    self.proven.insert(fd.pid(), fd.proc().start_time);
-                    spare = spare.saturating_sub(1);
-                    let again = (fd.pid(), fd.proc().start_time);
-                    if again != key
-                        && (self.termed.contains(&again) || self.killed.contains(&again))
-                    {
-                        // A placeholder's bind found one already signalled.
-                        part.others.push(link);
-                    } else {
-                        part.targets.push(fd);
-                    }
-                }
-                Err(BindError::Gone) => part.others.push(link),
-                Err(BindError::NoDescriptors(_)) => {
-                    part.others.push(link);
-                    if let Some(st) = known(st) {
-                        self.retry.insert((st.pid, st.start_time), st);
-                    }
-                    spare = 0;
-                }
-                Err(BindError::Uncertain { reason, detail }) => {
-                    part.others.push(link);
-                    if let Some(st) = known(st) {
-                        self.uncertain.insert((st.pid, st.start_time));
-                        host.uncertain(&st, reason, &detail);
-                    }
-                }
-            }
+            self.file_bound(host, &mut part, st, link, bound, &mut spare);
             // Signal in parts as the scan goes: in a fork storm, binding
             // thousands first would leave all of them running meanwhile.
             let limit = part_limit(part.index);
@@ -207,13 +154,100 @@ impl Stopper {
                 self.signal_part(host, &mut part, signals);
             }
         }
+        self.end_sweep(host, part, signals)
+    }
+
+    /// Whether the process `key` needs no signal from this stage: SIGKILLed
+    /// already, or (asking or TERMing) SIGTERMed already.
+    fn signalled(&self, key: (i32, u64)) -> bool {
+        match self.stage {
+            Stage::Ask | Stage::Term => self.termed.contains(&key) || self.killed.contains(&key),
+            Stage::Kill => self.killed.contains(&key),
+        }
+    }
+
+    /// Binds the census member `st` through its membership of the action's
+    /// group (inode `group`), proving it the action's by its lineage.
+    /// `None`: a member that is not the action's, now recorded as foreign
+    /// (never signalled, left out of the census from now on). A member no
+    /// longer in the group is `Gone` here: never signalled by this path; a
+    /// descendant that left is found by the scan once the group is empty.
+    fn bind_in_group(
+        &mut self,
+        host: &mut impl StopHost,
+        st: &Stat,
+        group: u64,
+        me: Ident,
+    ) -> Option<Result<VerifiedPidFd, BindError>> {
+        let (proven, held) = (&mut self.proven, &self.held);
+        let alive = |p: i32| held.alive(p);
+        match bind_member(st.pid, group, me.uid, |s| proven.prove(s, me, alive)) {
+            Ok(fd) => Some(Ok(fd)),
+            Err(MemberError::Bind(e)) => Some(Err(e)),
+            Err(MemberError::Foreign { process, why }) => {
+                self.mark_foreign(host, process, why);
+                None
+            }
+            Err(MemberError::NotMember | MemberError::Unsupported) => Some(Err(BindError::Gone)),
+        }
+    }
+
+    /// Files the bind of census member `st` into `part`: a target, or a
+    /// member passed over (gone; a placeholder found signalled already;
+    /// out of descriptors, kept to retry; uncertain, reported). `spare` is
+    /// what the stopper may still open after it.
+    fn file_bound(
+        &mut self,
+        host: &mut impl StopHost,
+        part: &mut Part,
+        st: &Stat,
+        link: Link,
+        bound: Result<VerifiedPidFd, BindError>,
+        spare: &mut usize,
+    ) {
+        let key = (st.pid, st.start_time);
+        match bound {
+            Ok(fd) => {
+                self.retry.remove(&key);
+                self.proven.insert(fd.pid(), fd.proc().start_time);
+                *spare = spare.saturating_sub(1);
+                let again = (fd.pid(), fd.proc().start_time);
+                if again != key && (self.termed.contains(&again) || self.killed.contains(&again)) {
+                    // A placeholder's bind found one already signalled.
+                    part.others.push(link);
+                } else {
+                    part.targets.push(fd);
+                }
+            }
+            Err(BindError::Gone) => part.others.push(link),
+            Err(BindError::NoDescriptors(_)) => {
+                part.others.push(link);
+                if let Some(st) = known(st) {
+                    self.retry.insert((st.pid, st.start_time), st);
+                }
+                *spare = 0;
+            }
+            Err(BindError::Uncertain { reason, detail }) => {
+                part.others.push(link);
+                if let Some(st) = known(st) {
+                    self.uncertain.insert((st.pid, st.start_time));
+                    host.uncertain(&st, reason, &detail);
+                }
+            }
+        }
+    }
+
+    /// Ends a sweep: signals the last part's targets, or records the
+    /// members passed over after the last part. Returns whether anything
+    /// was signalled; a sweep that recorded anything counts (`sweeps`).
+    fn end_sweep(&mut self, host: &mut impl StopHost, mut part: Part, signals: &[Sig]) -> bool {
         if !part.targets.is_empty() {
             self.signal_part(host, &mut part, signals);
         } else if part.index > 0 && !part.others.is_empty() {
             // The members passed over after the last part are recorded too
             // (the replay's parent links span the whole sweep); no signal
             // waits on them, so the next sync makes them durable.
-            others_only(host, &mut part, stage, signals, 0);
+            others_only(host, &mut part, self.stage, signals, 0);
         }
         if part.index == 0 {
             host.sync(); // nothing to signal; what was appended is still made durable

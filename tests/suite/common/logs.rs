@@ -278,8 +278,12 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
     // The stage's baseline, as the watchdog takes it before any spawn (the
     // stage as it is now: a test changes it afterwards to model a change).
     if let Some(identity) = &staging {
-        let s = inventory::staging(Path::new(&identity.path)).expect("staging baseline");
-        log.rec(Event::StagingBaseline(s));
+        let (s, listing) =
+            inventory::staging_listed(Path::new(&identity.path)).expect("staging baseline");
+        let content = rea::stage::pinned::uploaded_digest(&listing);
+        log.rec(Event::StagingBaseline(
+            rea::kinds::watchdog::StagingBaseline::new(s, content, 0),
+        ));
     }
 
     // Jobs: job 1 is the install phase asked for by the root; later jobs are

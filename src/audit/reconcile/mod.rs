@@ -10,24 +10,32 @@
 //! state directory are only stat'd, listed and hashed; the action's cgroup
 //! (cgroup mode) is re-opened by its recorded inode and only its
 //! `cgroup.procs` and `cgroup.events` are read
-//! ([`super::reconcile_group`]). Nothing is created, written, appended,
+//! ([`self::group`]). Nothing is created, written, appended,
 //! signalled, retried or deleted. With live members in that group the
 //! action is `running`, watchdog or not; with the watchdog gone the report
 //! names `rea-watchdog recover`.
 
+pub mod decide;
+pub mod dirs;
+pub mod env;
+pub mod group;
+pub mod log;
+pub mod report;
+pub mod text;
+
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use super::reader::{open_log, OpenError};
-use super::reconcile_group::{group_part, recover_command};
-use super::reconcile_log::{scan, LogScan, Named};
-use super::stage_held;
-use super::verify::{verify_file, VerifyOptions};
+use self::group::{group_part, recover_command};
+use self::log::{scan, LogScan, Named};
+use crate::audit::reader::{open_log, OpenError};
+use crate::audit::stage::held as stage_held;
+use crate::audit::verify::{verify_file, VerifyOptions};
 use crate::process::alive::{probe, Liveness};
 
-pub use super::reconcile_dirs::{stage_part, state_dir_part, DirCheck, StagePart, StateDirPart};
-pub use super::reconcile_env::{check_hint, run_processes, EnvProc};
-pub use super::reconcile_report::*;
+pub use self::dirs::{stage_part, state_dir_part, DirCheck, StagePart, StateDirPart};
+pub use self::env::{check_hint, run_processes, EnvProc};
+pub use self::report::*;
 
 #[derive(Clone, Debug, Default)]
 pub struct Options {
@@ -104,7 +112,7 @@ pub fn reconcile(path: &Path, opts: &Options) -> Result<Report, ReconcileError> 
         holders,
         reasons: Vec::new(),
     };
-    super::reconcile_decide::decide(&mut r);
+    self::decide::decide(&mut r);
     Ok(r)
 }
 

@@ -2,8 +2,8 @@
 //! reason with the check a person should make; the outcome follows from
 //! them (a sealed, verified, reasonless log alone allows deletion).
 
-use super::reconcile_report::{Outcome, RCode, RReason, Report};
-use super::verdict::{Code, Decision, Reason, Status};
+use super::report::{Outcome, RCode, RReason, Report};
+use crate::audit::verdict::{Code, Decision, Reason, Status};
 use crate::holders::text;
 use crate::kinds::watchdog::GroupState;
 use crate::process::alive::Liveness;
@@ -280,7 +280,7 @@ fn group_reasons(r: &Report, running: bool, rs: &mut Vec<RReason>) -> bool {
                 g.recorded.path,
                 who.trim_start_matches(" and ")
             ),
-            super::reconcile_group::recover_hint(g, cmd),
+            super::group::recover_hint(g, cmd),
         ));
     }
     if !r.log.sealed {

@@ -14,8 +14,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::reconcile_env::check_hint;
-use super::reconcile_log::LogScan;
+use super::env::check_hint;
+use super::log::LogScan;
 use crate::contain::census::{census, look};
 use crate::contain::proof::check_member;
 use crate::kinds::group::{NotTheAction, RunIdSeen};

@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use super::people::{self, word};
-use super::reconcile::{Outcome, ProcPart, Report};
+use super::{Outcome, ProcPart, Report};
+use crate::audit::people::{self, word};
 use crate::kinds::watchdog::Outcome as RunOutcome;
 use crate::process::alive::Liveness;
 
@@ -201,7 +201,7 @@ fn places_section(s: &mut String, r: &Report) {
         }
     }
     if let Some(h) = &r.holders {
-        s.push_str(&super::verdict::holders_lines(h).replacen("  holders ", "holders  ", 1));
+        s.push_str(&crate::audit::verdict::holders_lines(h).replacen("  holders ", "holders  ", 1));
         for f in crate::holders::text::findings(h) {
             if !f.starts_with("not readable") {
                 let _ = writeln!(s, "          {f}");

@@ -23,13 +23,16 @@ use crate::kinds::watchdog::{DirIdentity, StagingInventoried};
 pub fn check(
     path: &Path,
     dir: BorrowedFd<'_>,
-) -> (Result<Vec<String>, String>, Option<HolderScan>) {
+) -> (Result<Vec<String>, NotScanned>, Option<HolderScan>) {
     match scan_fds(&[(path, dir)]) {
         Ok(s) => (Ok(held(&s)), Some(s)),
-        Err(e) => (
-            Err(format!("cannot scan {} for holders: {e}", path.display())),
-            None,
-        ),
+        Err(e) => {
+            let why = NotScanned {
+                stage: path.display().to_string(),
+                cause: e.to_string(),
+            };
+            (Err(why), None)
+        }
     }
 }
 
@@ -39,7 +42,22 @@ pub fn check(
 #[derive(Serialize, Deserialize)]
 pub struct StageNow {
     pub now: StagingInventoried,
-    pub scan: Option<Result<HolderScan, String>>,
+    pub scan: Option<Result<HolderScan, NotScanned>>,
+}
+
+/// Why the stage could not be scanned for holders (`holders_not_scanned`).
+/// Made in [`look`]'s helper and carried back across its pipe, so both
+/// parts are text: the stage as shown, and the scan's own error.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct NotScanned {
+    pub stage: String,
+    pub cause: String,
+}
+
+impl std::fmt::Display for NotScanned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot scan {} for holders: {}", self.stage, self.cause)
+    }
 }
 
 /// Inventories the stage at `path` and, when it is the directory `expect`
@@ -84,16 +102,18 @@ fn scanned(
 ) -> StageNow {
     let same = expect.is_some_and(|e| inventory::same_dir(e, &now.identity));
     let scan = same.then(|| {
-        scan_fds(&[(path, dir)])
-            .map_err(|e| format!("cannot scan {} for holders: {e}", path.display()))
+        scan_fds(&[(path, dir)]).map_err(|e| NotScanned {
+            stage: path.display().to_string(),
+            cause: e.to_string(),
+        })
     });
     StageNow { now, scan }
 }
 
 /// [`check`]'s answer from a scan [`look`] made.
 pub fn found(
-    scan: Result<HolderScan, String>,
-) -> (Result<Vec<String>, String>, Option<HolderScan>) {
+    scan: Result<HolderScan, NotScanned>,
+) -> (Result<Vec<String>, NotScanned>, Option<HolderScan>) {
     match scan {
         Ok(s) => (Ok(held(&s)), Some(s)),
         Err(e) => (Err(e), None),

@@ -4,7 +4,7 @@
 //! strictness as for the other logs: lines read bounded by the cap, no
 //! CR, typed records with unknown fields refused, every line byte for
 //! byte the writer's encoding, `seq` 0, 1, 2, one run, the genesis and
-//! the chain. Then [`super::recover_judge`] checks the order of the
+//! the chain. Then [`super::judge`] checks the order of the
 //! records, runs the recovery's decision again on the recorded facts,
 //! and compares the stage. `delete_allowed` (result `recovered`) only for
 //! an intact, sealed log whose facts show the group emptied
@@ -17,18 +17,18 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::people;
-use super::reader::{open_log, read_lines, OpenError, Piece, Wire};
-use super::recover_judge::judge;
-use super::recover_lines::{Check, Judged};
-use super::verdict::{Decision, Status};
+use super::judge::judge;
+use super::lines::{Check, Judged};
+use crate::audit::people;
+use crate::audit::reader::{open_log, read_lines, OpenError, Piece, Wire};
+use crate::audit::verdict::{Decision, Status};
 use crate::holders::HolderScan;
 use crate::kinds::group::RunIdSeen;
 use crate::kinds::recovery::{Outcome, RecoveryEvent, KINDS};
 use crate::kinds::watchdog::StagingInventoried;
 use crate::log::MAX_LINE;
 
-pub use super::recover_lines::{Finding, FindingCode, Problem};
+pub use super::lines::{Finding, FindingCode, Problem};
 
 /// What a recovery log shows.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,7 +271,7 @@ impl RecoveryVerdict {
             s.push_str(&format!("  staging  {}\n", st.identity.path));
         }
         if let Some(h) = &self.holders {
-            s.push_str(&super::verdict::holders_lines(h));
+            s.push_str(&crate::audit::verdict::holders_lines(h));
         }
         for r in &self.reasons {
             let line = r.line.map(|l| format!("line {l}: ")).unwrap_or_default();
@@ -282,7 +282,9 @@ impl RecoveryVerdict {
                 r.detail
             ));
         }
-        s.lines().map(|l| super::people::escape(l) + "\n").collect()
+        s.lines()
+            .map(|l| crate::audit::people::escape(l) + "\n")
+            .collect()
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::reconcile_log::LogScan;
+use super::log::LogScan;
 use crate::inventory;
 use crate::kinds::watchdog::{DirIdentity, RunStarted, StagingInventoried};
 
@@ -146,7 +146,7 @@ pub fn stage_part(s: &LogScan, staging: Option<&Path>) -> StagePart {
     };
     // In a helper with a deadline: a stuck mount on or under the stage
     // makes an answer (stage_unreadable), not a hang.
-    let now = match super::stage_held::look(dir, None) {
+    let now = match crate::audit::stage::held::look(dir, None) {
         Ok(seen) => seen.now,
         Err(crate::bounded::Failure::Blocked(b)) => {
             p.identity_matches = Some(false);

@@ -16,14 +16,16 @@
 
 use std::collections::HashMap;
 
-use super::replay_ask::impossible_end;
-use super::replay_group::GroupSeen;
-use super::verdict::{Code, Reason};
+use self::ask::impossible_end;
+use self::group::GroupSeen;
+use crate::audit::verdict::{Code, Reason};
 use crate::kinds::watchdog::{
     Counts, Event, Ident, JobSpawned, Outcome, Receipt, RunStarted, Sig, SignalSweep, Stage,
-    StagingChanged, StagingInventoried, StopCompleted, StopReason,
+    StagingBaseline, StagingChanged, StagingInventoried, StartRefused, StopCompleted, StopReason,
 };
 
+pub mod ask;
+pub mod group;
 mod receipt;
 mod records;
 mod stage;
@@ -142,8 +144,10 @@ pub struct Replay {
     last_completed: Option<StopCompleted>,
     last_staging: Option<StagingInventoried>,
     /// The stage's baseline and what changed since (`stage.rs`).
-    baseline: Option<StagingInventoried>,
+    baseline: Option<StagingBaseline>,
     changed: Option<StagingChanged>,
+    /// `start_refused`: the log's last record, nothing launched.
+    refused: Option<StartRefused>,
     /// A `stop_triggered` for `audit_failure` was recorded.
     pub audit_failure_seen: bool,
     /// A `stop_triggered` for `root_lost` was recorded (first or later).
@@ -186,19 +190,16 @@ impl Replay {
         self.seen += 1;
         self.counts.add(&ev);
         let wd = self.start.as_ref().map(|s| s.watchdog);
+        if self.refused.is_some() {
+            self.push(mismatch(format!(
+                "{} after start_refused (the watchdog writes nothing after it)",
+                crate::log::Kind::kind(&ev)
+            )));
+        }
         match ev {
             Event::RunStarted(s) if self.seen == 1 => self.start = Some(s),
             Event::RootBound(b) => self.root_bound(&b, wd, line),
-            Event::StageArmed(a) => {
-                // Written once, right after root_bound, and only for a stage.
-                let staged = self.start.as_ref().is_some_and(|s| s.staging.is_some());
-                if self.seen != self.group.first_records() + 1 || !staged {
-                    self.push(mismatch(format!(
-                        "stage_armed ({}) is not the first record after the start records of a run with a staging directory",
-                        a.path
-                    )));
-                }
-            }
+            Event::StageArmed(a) => self.stage_armed(&a.path),
             Event::JobSpawned(j) => self.job_spawned(&j, wd, line),
             Event::JobExited(j) => match self.open.remove(&j.job) {
                 Some((pid, st, _)) if pid == j.pid && st == j.start_time => {}
@@ -257,6 +258,7 @@ impl Replay {
             Event::StagingInventoried(s) => self.last_staging = Some(s),
             Event::StagingBaseline(b) => self.staging_baseline(b),
             Event::StagingChanged(c) => self.staging_changed(c),
+            Event::StartRefused(r) => self.start_refused(r),
             Event::Containment(c) => {
                 let p = self.group.containment(c, self.seen);
                 self.push_problem(p);

@@ -16,7 +16,7 @@ use std::io;
 
 use serde::Serialize;
 
-use super::reader::{parse_line, read_lines, Piece};
+use crate::audit::reader::{parse_line, read_lines, Piece};
 use crate::kinds::watchdog::{
     Containment, Event, GroupRemoved, Ident, Proc, Receipt, RunStarted, StagingInventoried, Status,
     StopReason,
@@ -137,7 +137,7 @@ pub struct LogScan {
     receipt_last: bool,
 }
 
-fn code_str(c: super::verdict::Code) -> String {
+fn code_str(c: crate::audit::verdict::Code) -> String {
     c.as_str()
 }
 

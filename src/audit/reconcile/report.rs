@@ -1,15 +1,15 @@
 //! What `rea-audit reconcile` reports (docs/containment.md): the outcome,
 //! each part of what is known (the log, the watchdog, the processes, the
 //! stage, the group) and the reasons a person must read. The report is
-//! printed as JSON or as text (`reconcile_text.rs`); these are its fields.
+//! printed as JSON or as text (`text.rs`); these are its fields.
 
 use serde::Serialize;
 
-use super::reconcile_dirs::{StagePart, StateDirPart};
-use super::reconcile_env::EnvProc;
-use super::reconcile_group::GroupPart;
-use super::reconcile_log::{Break, Named};
-use super::verdict::{Decision, Reason, Status};
+use super::dirs::{StagePart, StateDirPart};
+use super::env::EnvProc;
+use super::group::GroupPart;
+use super::log::{Break, Named};
+use crate::audit::verdict::{Decision, Reason, Status};
 use crate::holders::HolderScan;
 use crate::kinds::watchdog::{Containment, Mode, Outcome as RunOutcome, StopReason};
 use crate::process::alive::Probe;

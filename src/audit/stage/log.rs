@@ -16,13 +16,14 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::reader::{open_log, read_lines, OpenError, Piece, Wire};
+use crate::audit::reader::{open_log, read_lines, OpenError, Piece, Wire};
 use crate::log::MAX_LINE;
 use crate::stage::decide::{decide, plan, Code, Facts, Refusal};
 use crate::stage::log::{
     DiscardApproved, DiscardDecided, DiscardStarted, Outcome, Removed, StageEvent,
     StageInventoried, KINDS,
 };
+use crate::stage::receipt::ReceiptError;
 
 /// What a discard log shows; each its own exit code (as for watchdog logs).
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -364,10 +365,10 @@ fn facts_of(seen: &Seen) -> Option<Facts> {
         changed: i.changed.clone(),
         receipt: match (&i.receipt, &i.receipt_error) {
             (Some(r), _) => Some(Ok(r.clone())),
-            (None, Some(e)) => Some(Err(e.clone())),
+            (None, Some(e)) => Some(Err(ReceiptError::Recorded(e.clone()))),
             (None, None) => None,
         },
-        holders: i.holders.as_deref().map(super::stage_held::findings),
+        holders: i.holders.as_deref().map(super::held::findings),
     })
 }
 
@@ -530,7 +531,9 @@ impl StageVerdict {
                 .unwrap_or_default();
             s.push_str(&format!("  - {code} {line}{}\n", p.detail));
         }
-        s.lines().map(|l| super::people::escape(l) + "\n").collect()
+        s.lines()
+            .map(|l| crate::audit::people::escape(l) + "\n")
+            .collect()
     }
 }
 

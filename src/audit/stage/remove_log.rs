@@ -15,8 +15,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::reader::{open_log, read_lines, OpenError, Piece, Wire};
-use super::stage_log::{Finding, Problem, StageResult};
+use super::log::{Finding, Problem, StageResult};
+use crate::audit::reader::{open_log, read_lines, OpenError, Piece, Wire};
 use crate::log::MAX_LINE;
 use crate::stage::remove_decide::{decide, Code, Facts, Refusal};
 use crate::stage::remove_log::{
@@ -431,7 +431,9 @@ impl RemoveVerdict {
                 .unwrap_or_default();
             s.push_str(&format!("  - {code} {line}{}\n", p.detail));
         }
-        s.lines().map(|l| super::people::escape(l) + "\n").collect()
+        s.lines()
+            .map(|l| crate::audit::people::escape(l) + "\n")
+            .collect()
     }
 }
 

@@ -1,7 +1,7 @@
 //! The replay's rule for how a stop's ask may end (docs/stop.md, and
-//! timeout's spans): beside `replay.rs`, which calls it on `ask_ended`.
+//! timeout's spans): beside `mod.rs`, which calls it on `ask_ended`.
 
-use super::people::word;
+use crate::audit::people::word;
 use crate::kinds::watchdog::{AskEnd, AskEnded, AskSpan, Bounds, StopReason};
 
 /// Why `a` cannot end the ask of a run whose first stop was for `first`,

@@ -20,8 +20,8 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::sync::Arc;
 
-use super::verdict::Verdict;
-use super::verify::{verify_file, VerifyOptions};
+use crate::audit::verdict::Verdict;
+use crate::audit::verify::{verify_file, VerifyOptions};
 use crate::bounded::{self, STAGE_DEADLINE};
 use crate::inventory::{self, Node};
 use crate::log::LogError;
@@ -229,12 +229,13 @@ fn checked(
         expect_run: None,
         staging: Some(parent.path.clone()),
         staging_fd: Some(Arc::new(dup)),
+        expect_stage_digest: None,
     };
     let verdict = log_verdict(&verify_file(a.audit_log, &opts));
     let shown = parent.path.display().to_string();
     let what = format!("the walk of {shown}");
     let walk = bounded::run(&what, &shown, STAGE_DEADLINE, &[stage], || {
-        inventory::staging_nodes(stage, MAX_NODES).map_err(|e| e.to_string())
+        Ok(inventory::staging_nodes(stage, MAX_NODES).map_err(|e| e.to_string())?)
     });
     let (walked, nodes) = match walk {
         Ok((inv, nodes)) => {

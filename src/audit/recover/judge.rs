@@ -5,9 +5,9 @@
 
 use std::path::Path;
 
-use super::recover_lines::{Check, FindingCode, Judged, Problem};
-use super::stage_held;
-use super::verdict::Status;
+use super::lines::{Check, FindingCode, Judged, Problem};
+use crate::audit::stage::held as stage_held;
+use crate::audit::verdict::Status;
 use crate::holders::HolderScan;
 use crate::inventory;
 use crate::kinds::recovery::{
@@ -308,7 +308,7 @@ fn compare_stage(rule: &StageRule<'_>) -> (Vec<(Problem, String)>, Option<Holder
                     let (found, scan) = stage_held::found(scan);
                     match found {
                         Ok(found) => out.extend(found.into_iter().map(|f| (Problem::StageHeld, f))),
-                        Err(e) => out.push((Problem::HoldersNotScanned, e)),
+                        Err(e) => out.push((Problem::HoldersNotScanned, e.to_string())),
                     }
                     holders = scan;
                 }

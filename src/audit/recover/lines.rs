@@ -1,12 +1,12 @@
 //! The line-level half of verifying a recovery log: every complete line
 //! checked on its own and against the one before it (strict parse, the
 //! writer's exact encoding, `seq`, one run, genesis, chain, `mono_ns`),
-//! and the findings vocabulary the judge ([`super::recover_judge`]) and
-//! the verdict ([`super::recover_log`]) share.
+//! and the findings vocabulary the judge ([`super::judge`]) and
+//! the verdict ([`super::log`]) share.
 
 use serde::Serialize;
 
-use super::verdict::Status;
+use crate::audit::verdict::Status;
 use crate::holders::HolderScan;
 use crate::kinds::recovery::{Code, Outcome, RecoveryEvent};
 use crate::kinds::watchdog::StagingInventoried;
