@@ -52,8 +52,10 @@ Scenarios (default: success), and the verdict each must reach:
 
 The staging directory is deleted only when the watchdog's own waited exit
 status is 0 *and* `rea-audit verify` says delete_allowed (the first of
-the README's six outcomes; rea_client.may_delete), or, before any exec,
-when `rea-stage discard` removed it itself.
+the README's six outcomes; rea_client.may_delete), and then only by
+`rea-stage remove`, which checks it again through one descriptor and
+removes exactly what it checked (`rea-audit verify REMOVE_LOG`: removed);
+or, before any exec, when `rea-stage discard` removed it itself.
 
 Exit status: 0 when the scenario reached its expected verdict (and the
 staging directory was deleted exactly when the verdict allows it); 1 when it
@@ -785,8 +787,12 @@ def main():
         receipt = rc.Receipt(None, None, None, None, None, exit_code=code)
         deleted = rc.may_delete(receipt, v)
         if deleted:
-            shutil.rmtree(staging)
-            out("  staging    deleted (watchdog exit 0 and delete_allowed)")
+            deleted = remove_stage(binaries, work, staging, report, getattr(v, "pinned", None))
+        if deleted:
+            out("  staging    deleted by rea-stage remove (watchdog exit 0, delete_allowed, "
+                "and remove's own checks through one descriptor; verify REMOVE_LOG: removed)")
+        elif rc.may_delete(receipt, v):
+            out(f"  staging    kept: rea-stage remove refused or stopped: {staging}")
         else:
             why = "the verdict" if not v.delete_allowed else f"the watchdog's exit ({code})"
             out(f"  staging    kept ({why} does not allow deletion): {staging}")
@@ -813,6 +819,29 @@ def main():
                   staging_deleted=deleted, receipt=rec, watchdog_exit=code)
     _write_report(args, report)
     return 0 if ok else 1
+
+
+def remove_stage(binaries, work, staging, report, head):
+    """Deletes the stage the way a controller must (docs/stage.md, "One
+    verified removal"): `rea-stage remove`, which opens it once, re-runs
+    verify's checks through that descriptor and removes exactly what it
+    checked, logging each removal; then `rea-audit verify REMOVE_LOG` must
+    say removed. Never `rm -rf`. True when the stage is gone that way."""
+    if not head:
+        return False
+    log = os.path.join(work, "remove.jsonl")
+    code, _, stderr = run_tool([binaries[2], "remove", staging, "--audit-log",
+                                report["audit_log"], "--expect-head", head, "--log", log])
+    r = subprocess.run([binaries[1], "verify", log, "--json"], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    try:
+        result = json.loads(r.stdout).get("result")
+    except ValueError:
+        result = None
+    report.update(remove_exit=code, remove_log=log, remove_result=result)
+    if code != 0 and stderr.strip():
+        out(f"  remove     rea-stage remove: exit {code}: {stderr.strip()}")
+    return code == 0 and result == "removed" and not os.path.lexists(staging)
 
 
 def _write_report(args, report):

@@ -339,6 +339,16 @@ fn rehearse_success_three_launchers_delete_allowed() {
         !r.staging().exists(),
         "staging must be deleted on delete_allowed"
     );
+    // Deleted by rea-stage remove, whose own log verifies as removed.
+    assert_eq!(r.report["remove_exit"], 0, "{}", r.explain());
+    assert_eq!(r.report["remove_result"], "removed", "{}", r.explain());
+    let removal = std::path::PathBuf::from(r.report["remove_log"].as_str().unwrap());
+    let out = std::process::Command::new(audit_bin())
+        .arg("verify")
+        .arg(&removal)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
     // install + 3 nested launchers report as launchers, the rehearsal as phase.
     assert_all_fixtures_gone(&mut r, 1, 4);
 
