@@ -366,6 +366,12 @@ impl Watchdog {
         records(&self.audit_log)
     }
 
+    /// Every record of the log, typed ([`super::typed::Log::read`]: a
+    /// complete line that is not a record fails the test).
+    pub fn log(&self) -> super::typed::Log {
+        super::typed::Log::read(&self.audit_log)
+    }
+
     /// `rea-audit verify --json` with `args`; returns (exit code, verdict).
     pub fn verify(&self, args: &[&str]) -> (i32, Value) {
         verify_log(&self.audit_log, args)
@@ -786,4 +792,9 @@ impl Drop for Sibling {
             let _ = c.wait();
         }
     }
+}
+
+/// A path as the `&str` an argument list wants (the suite's paths are UTF-8).
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
 }

@@ -12,3 +12,4 @@ pub mod recovery;
 pub mod reuse;
 pub mod schema;
 pub mod stop;
+pub mod typed;

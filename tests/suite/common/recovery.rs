@@ -89,9 +89,7 @@ impl Lost {
             sibling.argv(),
             "the job's hopper has the sibling's argv"
         );
-        wait_record(&w.audit_log, "job 1 spawned", |r| {
-            is_kind(r, "job_spawned") && r["data"]["job"] == 1
-        });
+        wait_spawned(&w.audit_log, "job 1 spawned", |j| j.job == 1);
         let mut lost = Lost {
             w,
             oracle,
