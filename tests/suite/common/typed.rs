@@ -6,8 +6,10 @@
 //!
 //! - [`Log::read`] reads a log of any kind (the watchdog's [`Event`]s by
 //!   default; `Log::<StageEvent>::read`, `Log::<RecoveryEvent>::read`):
-//!   every complete line must parse, or the test panics naming the file,
-//!   the line and why. A torn tail (bytes after the last newline: a
+//!   every complete line must parse, and be byte for byte the writer's
+//!   encoding of what it parses to (so a typed `None` is a key the line
+//!   does not have, or `null`, as the writer spells it), or the test
+//!   panics naming the file, the line and why. A torn tail (bytes after the last newline: a
 //!   watchdog SIGKILLed mid-write) is not a record and is left out.
 //! - [`all!`] and [`first!`] pick the records of one variant:
 //!   `all!(log, Event::JobSpawned)` is a `Vec<&JobSpawned>`;
@@ -61,6 +63,13 @@ impl<K: Kind> Log<K> {
             }
             match piece {
                 Piece::Line(bytes) => match parse_line::<K>(bytes) {
+                    Ok(r) if !canonical(&r, bytes) => {
+                        bad = Some(format!(
+                            "{}:{line}: not byte for byte the writer's encoding of its record: {}",
+                            path.display(),
+                            String::from_utf8_lossy(&bytes[..bytes.len().min(400)])
+                        ))
+                    }
                     Ok(r) => recs.push(Rec {
                         line,
                         seq: r.seq,
@@ -146,6 +155,23 @@ impl<K: Kind> Log<K> {
     pub fn seq_of(&self, what: &str, pred: impl Fn(&K) -> bool) -> u64 {
         self.recs[self.position(what, pred)].seq
     }
+}
+
+/// The line is exactly what the writer makes of the record it parses to
+/// ([`rea::log::writer::encode`]), so the typed record says all the line
+/// says: an optional field the writer leaves out when empty (`program`,
+/// `inner_alarm_ms`) is `None` exactly when the line has no such key, and
+/// `null` where the writer writes `null`.
+fn canonical<K: Kind>(r: &rea::log::Record<'_, K>, bytes: &[u8]) -> bool {
+    let line = rea::log::writer::Line {
+        run: &r.run,
+        seq: r.seq,
+        ts: &r.ts,
+        mono_ns: r.mono_ns,
+        prev: &r.prev,
+    };
+    let mut out = Vec::with_capacity(bytes.len());
+    r.v == K::VERSION && rea::log::writer::encode(&line, &r.event, &mut out).is_ok() && out == bytes
 }
 
 impl Log<Event> {
