@@ -45,10 +45,6 @@ fn tool(name: &str) -> String {
     format!("{}/tools/{name}", repo())
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
 /// An oracle FIFO read to EOF, keeping every line the fixtures wrote
 /// (`{"pid", "start_time", "role"}` per process; tree.py adds a ready line).
 struct Reports {

@@ -11,7 +11,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::harness::{output_within, Scratch, Watchdog, PATIENCE};
+use common::harness::{output_within, s, Scratch, Watchdog, PATIENCE};
 use common::schema::{compile, schema_errors};
 use serde_json::Value;
 
@@ -21,10 +21,6 @@ const PAUSE_UNLINK_ENV: &str = "REA_STAGE_PAUSE_BEFORE_UNLINK";
 
 fn stage_bin() -> &'static str {
     env!("CARGO_BIN_EXE_rea-stage")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// `rea-stage ARGS` → (exit code, stdout, stderr), bounded.

@@ -102,8 +102,14 @@ fn the_commands_status_passes_through_and_a_log_is_written() {
     assert_eq!(logs.len(), 1, "{logs:?}");
     let (code, v) = verify_log(&logs[0], &[]);
     assert_eq!(code, 0, "{v:#}");
-    let recs = records(&logs[0]);
-    assert_eq!(recs[1]["data"]["source"], "unwatched", "no root bound");
+    match crate::common::typed::Log::<rea::kinds::watchdog::Event>::read(&logs[0]).at(1) {
+        rea::kinds::watchdog::Event::RootBound(r) => assert_eq!(
+            r.source,
+            rea::kinds::watchdog::RootSource::Unwatched,
+            "no root bound: {r:?}"
+        ),
+        e => panic!("the second record is not root_bound: {e:?}"),
+    }
     // And as a subcommand.
     let out = Command::new(watchdog_bin())
         .args(["timeout", "10", "sh", "-c", "exit 4"])

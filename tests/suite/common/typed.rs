@@ -1,6 +1,6 @@
 //! Reading a chained log into its typed records (issue 28), the way the
-//! library reads it ([`rea::log::read::parse_line`]), instead of by JSON
-//! string (`r["data"]["reason"] == "deadline"`): a test matches on the
+//! library reads it ([`rea::log::read::parse_line`]), instead of indexing
+//! untyped JSON by string and comparing with a string: a test matches on the
 //! record's variant and reads its struct fields, so a renamed field or a
 //! changed type fails to compile instead of comparing with `null`.
 //!
