@@ -209,6 +209,13 @@ pub fn recovery_records(log: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The recovery log, typed (every line is also checked against
+/// recovery-record.schema.json, as [`recovery_records`] does).
+pub fn recovery_log(log: &Path) -> super::typed::Log<rea::kinds::recovery::RecoveryEvent> {
+    recovery_records(log);
+    super::typed::Log::read(log)
+}
+
 /// `rea-audit verify NEW --json ARGS` for a recovery log → (exit code,
 /// verdict), the verdict checked against recovery-verdict.schema.json and
 /// every record against recovery-record.schema.json.
