@@ -263,7 +263,7 @@ fn exec_fuse_reader(mode: &str) {
     let status = wait_child(&mut child, PATIENCE);
     let took = started.elapsed();
     eprintln!("exec --contain {mode}: {status:?} after {took:?}");
-    group = GroupGuard::of(&records(&log));
+    group = GroupGuard::of(&log);
     let recs = Log::read(&log);
     // The leader, by the identity the log names (if it is still there):
     // SIGKILLed when `held` drops.

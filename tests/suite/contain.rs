@@ -73,8 +73,7 @@ fn cgroup_mode_contains_the_tree_and_kills_it_through_the_group() {
         "--kill-bound",
         "20s",
     ]);
-    let recs = w.records();
-    let _guard = GroupGuard::of(&recs);
+    let _guard = GroupGuard::of(&w.audit_log);
     let c = containment(&w.log());
     assert_eq!(c.mode, ContainMode::Cgroup, "{c:?}");
     assert_eq!(c.requested, ContainRequest::Cgroup, "{c:?}");
@@ -213,8 +212,7 @@ fn auto_picks_cgroup_here_and_removes_the_group_at_close() {
     require_pid_ns!("contain");
     // Explicit: REA_CONTAIN (tools/test's none pass) must not decide here.
     let mut w = Watchdog::start(&["--contain", "auto"]);
-    let recs = w.records();
-    let _guard = GroupGuard::of(&recs);
+    let _guard = GroupGuard::of(&w.audit_log);
     let c = containment(&w.log());
     assert_eq!(c.requested, ContainRequest::Auto, "{c:?}");
     assert_eq!(c.mode, ContainMode::Cgroup, "{c:?}");
@@ -243,8 +241,7 @@ fn auto_picks_cgroup_here_and_removes_the_group_at_close() {
 /// A watchdog with discovery pointed at `root`: `auto` must choose none.
 fn auto_is_none_at(root: &Path, why: &str) {
     let mut w = Watchdog::start(&["--contain", "auto", "--cgroup-root", root.to_str().unwrap()]);
-    let recs = w.records();
-    let _guard = GroupGuard::of(&recs);
+    let _guard = GroupGuard::of(&w.audit_log);
     let c = containment(&w.log());
     assert_eq!(c.requested, ContainRequest::Auto, "{c:?}");
     assert_eq!(c.mode, ContainMode::None, "{c:?}");
@@ -452,7 +449,7 @@ fn a_descendant_that_left_the_group_is_still_stopped() {
             cmd.env("REA_TREE_ESCAPE_CGROUP", &escape.0);
         },
     );
-    let _guard = GroupGuard::of(&w.records());
+    let _guard = GroupGuard::of(&w.audit_log);
     let mut t = Nasty::start(&w, &sibling, &["leavegroup"], "wait");
     let left = t
         .members

@@ -137,7 +137,7 @@ fn need_cgroup() -> bool {
 fn drafted_then_stopped(grace: &str) {
     let sibling = Sibling::start();
     let mut w = Watchdog::start(&["--contain", "cgroup", "--term-grace", grace]);
-    let _guard = GroupGuard::of(&w.records()).expect("a group was recorded");
+    let _guard = GroupGuard::of(&w.audit_log).expect("a group was recorded");
     let log = w.log();
     let group = first!(log, Event::Containment)
         .group
@@ -251,7 +251,7 @@ fn exec_leaves_a_drafted_stranger_alive_and_retains() {
         std::thread::sleep(Duration::from_millis(5));
     };
     let home = Drafted::home_of(sibling.pid(), &group, leader);
-    let _guard = GroupGuard::of(&records(&log));
+    let _guard = GroupGuard::of(&log);
     let _drafted = Drafted {
         pid: sibling.pid(),
         home,

@@ -636,7 +636,7 @@ fn the_holders_command_names_holders_and_what_it_cannot_read() {
 fn a_recovered_stage_that_is_held_is_retained() {
     require_pid_ns!("recover of a held stage");
     let mut w = Watchdog::start(&["--contain", "cgroup"]);
-    let guard = GroupGuard::of(&w.records()).expect("a cgroup-mode run records its group");
+    let guard = GroupGuard::of(&w.audit_log).expect("a cgroup-mode run records its group");
     w.signal(Signal::SIGKILL);
     w.wait(PATIENCE);
     let new = w.scratch.path("recovery.jsonl");

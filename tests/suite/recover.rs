@@ -376,7 +376,7 @@ fn a_tampered_log_is_refused_and_nothing_is_killed() {
 /// A cgroup-mode watchdog SIGKILLed with no job: its group is empty.
 fn lost_without_jobs(extra: &[&str]) -> (Watchdog, Option<GroupGuard>) {
     let mut w = Watchdog::start(extra);
-    let guard = GroupGuard::of(&w.records());
+    let guard = GroupGuard::of(&w.audit_log);
     w.signal(Signal::SIGKILL);
     w.wait(PATIENCE);
     (w, guard)
@@ -454,7 +454,7 @@ fn refusals_without_a_tree_sealed_none_new_exists_new_in_stage() {
     require_pid_ns!("recover refusals");
     // A sealed log: nothing to recover.
     let mut w = Watchdog::start(&["--contain", "cgroup"]);
-    let _group = GroupGuard::of(&w.records());
+    let _group = GroupGuard::of(&w.audit_log);
     assert!(w.close().status.success());
     assert!(w.wait(PATIENCE).success());
     let new = w.scratch.path("recovery.jsonl");

@@ -67,7 +67,7 @@ impl Lost {
         let mut flags = vec!["--contain", "cgroup"];
         flags.extend_from_slice(extra);
         let w = Watchdog::start_with(Scratch::new(), None, &flags, tune);
-        let guard = GroupGuard::of(&w.records()).expect("a cgroup-mode containment record");
+        let guard = GroupGuard::of(&w.audit_log).expect("a cgroup-mode containment record");
         let mut oracle = Oracle::new(&w.scratch, "oracle");
         let mut argv = vec![
             python().to_string(),
