@@ -31,8 +31,9 @@ use common::harness::*;
 use common::raw::{exchange, js, Req};
 use common::reuse::{dead_process, force_pid_reuse};
 use common::stop::wait_for;
+use common::typed::{all, Log};
 use nix::sys::signal::Signal;
-use rea::kinds::watchdog::Ident;
+use rea::kinds::watchdog::{ContainMode, Event, Ident, Stage};
 use rea::process::identity::Stat;
 use rea::process::pidfd::{bind_ident, VerifiedPidFd};
 use serde_json::{json, Value};
@@ -240,50 +241,34 @@ fn assert_all_fixtures_gone(r: &mut Rehearsal, phases: usize, launchers: usize) 
     );
 }
 
-/// Every process any `signal_sweep` targeted, once each.
-fn swept(records: &[Value]) -> BTreeSet<(i64, u64)> {
-    data_of(records, "signal_sweep")
+/// Every process any `signal_sweep` of the log targeted, once each.
+fn swept(log: &Path) -> BTreeSet<(i64, u64)> {
+    all!(Log::read(log), Event::SignalSweep)
         .iter()
-        .flat_map(|d| d["targets"].as_array().unwrap().clone())
-        .map(|t| {
-            (
-                t["pid"].as_i64().unwrap(),
-                t["start_time"].as_u64().unwrap(),
-            )
-        })
+        .flat_map(|d| d.targets.iter())
+        .map(|t| (i64::from(t.pid), t.start_time))
         .collect()
 }
 
-/// Every process an ask sweep (docs/stop.md) targeted.
-fn asked(records: &[Value]) -> BTreeSet<(i64, u64)> {
-    data_of(records, "signal_sweep")
+/// Every process an ask sweep (docs/stop.md) of the log targeted.
+fn asked(log: &Path) -> BTreeSet<(i64, u64)> {
+    all!(Log::read(log), Event::SignalSweep)
         .iter()
-        .filter(|d| d["stage"] == "ask")
-        .flat_map(|d| d["targets"].as_array().unwrap().clone())
-        .map(|t| {
-            (
-                t["pid"].as_i64().unwrap(),
-                t["start_time"].as_u64().unwrap(),
-            )
-        })
+        .filter(|d| d.stage == Stage::Ask)
+        .flat_map(|d| d.targets.iter())
+        .map(|t| (i64::from(t.pid), t.start_time))
         .collect()
 }
 
 /// The leaders of the jobs still running when the stop began: spawned,
 /// and not exited before the first stop_triggered.
-fn running_leaders(records: &[Value]) -> BTreeSet<(i64, u64)> {
-    let key = |d: &Value| {
-        (
-            d["pid"].as_i64().unwrap(),
-            d["start_time"].as_u64().unwrap(),
-        )
-    };
+fn running_leaders(log: &Path) -> BTreeSet<(i64, u64)> {
     let mut running = BTreeSet::new();
-    for r in records {
-        match r["kind"].as_str().unwrap() {
-            "job_spawned" => _ = running.insert(key(&r["data"])),
-            "job_exited" => _ = running.remove(&key(&r["data"])),
-            "stop_triggered" => break,
+    for e in Log::read(log).iter() {
+        match e {
+            Event::JobSpawned(j) => _ = running.insert((i64::from(j.pid), j.start_time)),
+            Event::JobExited(j) => _ = running.remove(&(i64::from(j.pid), j.start_time)),
+            Event::StopTriggered(_) => break,
             _ => {}
         }
     }
@@ -361,8 +346,11 @@ fn rehearse_success_three_launchers_delete_allowed() {
     assert!(deadline(1) > 250_000 && deadline(1) <= 260_000);
     assert!((2..5).all(|i| deadline(i) > 50_000 && deadline(i) <= 60_000));
     // The launchers were asked for from inside the phase, not by the root.
-    let root = &records[1]["data"]["root"];
-    assert!((2..5).all(|i| !spawned[i]["caller"].is_null() && spawned[i]["caller"] != *root));
+    let root = match Log::read(&r.log()).at(1) {
+        Event::RootBound(b) => serde_json::to_value(b.root).unwrap(),
+        e => panic!("the second record is not root_bound: {e:?}"),
+    };
+    assert!((2..5).all(|i| !spawned[i]["caller"].is_null() && spawned[i]["caller"] != root));
     for d in data_of(&records, "job_exited") {
         assert_eq!(d["status"], json!({"code": 0}), "{d}");
         assert_eq!(d["stopped"], false);
@@ -402,7 +390,7 @@ fn rehearse_timeout_stops_phase_and_nested_launcher() {
     assert_eq!(late_job["name"], "launcher-1");
     // Phase and launcher were signalled and reaped, as were the phase's
     // own descendants (the submit client).
-    let targets = swept(&records);
+    let targets = swept(&r.log());
     for who in ["phase", "launcher"] {
         for m in r.oracle.members(who) {
             if who == "launcher" && data_of(&records, "job_spawned")[0]["pid"] == m.pid {
@@ -420,7 +408,7 @@ fn rehearse_timeout_stops_phase_and_nested_launcher() {
     // two running leaders (phase, launcher); the phase's submit client is
     // TERMed after it unless it already exited on its own, answered
     // "stopped" when its launcher died (timing too).
-    assert_eq!(asked(&records), running_leaders(&records), "the ask");
+    assert_eq!(asked(&r.log()), running_leaders(&r.log()), "the ask");
     assert!(
         (2..=3).contains(&targets.len()),
         "phase, launcher, perhaps its submit client: {targets:?}"
@@ -497,13 +485,13 @@ fn rehearse_controller_kill_watchdog_stops_reaps_and_retains() {
     // are TERMed after it unless they already exited on their own (each
     // ends once its launcher's "stopped" reply arrives): timing, like the
     // signal count, which is held to the records instead.
-    let leaders = running_leaders(&records);
+    let leaders = running_leaders(&r.log());
     assert_eq!(
-        asked(&records),
+        asked(&r.log()),
         leaders,
         "the ask went to the running leaders"
     );
-    let targets = swept(&records);
+    let targets = swept(&r.log());
     assert!(
         targets.is_superset(&leaders) && targets.len() <= 7,
         "{targets:?}"
@@ -640,9 +628,9 @@ fn rehearse_response_and_watchdog_lost_is_a_review() {
     // With a cgroup (auto finds one here) the escapee is a live member of
     // the action's group: the action still runs, and the report names
     // `rea-watchdog recover`; without one, a person reviews.
-    let contained = of_kind(&records(&r.log()), "containment")
+    let contained = all!(Log::read(&r.log()), Event::Containment)
         .first()
-        .is_some_and(|c| c["data"]["mode"] == "cgroup");
+        .is_some_and(|c| c.mode == ContainMode::Cgroup);
     if contained {
         assert_eq!(found["reconcile"], "running", "{}", r.explain());
         assert_eq!(found["reconcile_exit"], 5);
