@@ -8,10 +8,11 @@
 use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output};
 use std::time::Duration;
 
+use common::exec::Exec;
 use common::harness::*;
 use common::typed::{all, first, Log};
 use nix::sys::signal::Signal;
@@ -19,50 +20,7 @@ use rea::kinds::watchdog::{Event, Status};
 use rea::protocol::RefusalReason;
 use serde_json::Value;
 
-struct Exec {
-    scratch: Scratch,
-    log: PathBuf,
-}
-
 impl Exec {
-    fn new() -> Exec {
-        let scratch = Scratch::new();
-        let log = scratch.path("audit.jsonl");
-        Exec { scratch, log }
-    }
-
-    /// `rea-watchdog exec --audit-log LOG ARGS -- ARGV`, TMPDIR in scratch.
-    fn command(&self, args: &[&str], argv: &[&str]) -> Command {
-        let mut c = Command::new(watchdog_bin());
-        c.arg("exec")
-            .arg("--audit-log")
-            .arg(&self.log)
-            .args(args)
-            .arg("--")
-            .args(argv)
-            .env("TMPDIR", self.scratch.dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        c
-    }
-
-    fn spawn(&self, args: &[&str], argv: &[&str]) -> Child {
-        self.command(args, argv).spawn().expect("spawn exec")
-    }
-
-    fn run(&self, args: &[&str], argv: &[&str]) -> Output {
-        output_within(self.spawn(args, argv), PATIENCE)
-    }
-
-    fn records(&self) -> Vec<Value> {
-        records(&self.log)
-    }
-
-    fn typed(&self) -> Log {
-        Log::read(&self.log)
-    }
-
     /// The log is sealed and `verify` says `code`; returns the verdict.
     fn verify(&self, code: i32) -> Value {
         let (got, v) = verify_log(&self.log, &[]);

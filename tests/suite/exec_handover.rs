@@ -12,51 +12,18 @@ use crate::common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::process::{ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::exec::Exec;
 use common::harness::*;
 use common::typed::{all, Log};
 use nix::sys::signal::Signal;
 use rea::kinds::watchdog::{Event, Handover, RootSource, SignalReceived, StopReason};
 use serde_json::Value;
 
-/// One exec action's scratch, log and command line.
-struct Exec {
-    scratch: Scratch,
-    log: PathBuf,
-}
-
 impl Exec {
-    fn new() -> Exec {
-        let scratch = Scratch::new();
-        let log = scratch.path("audit.jsonl");
-        Exec { scratch, log }
-    }
-
-    /// `rea-watchdog exec --audit-log LOG ARGS -- ARGV` (TMPDIR in
-    /// scratch), stdout piped, stdin and stderr as the test sets them.
-    fn command(&self, args: &[&str], argv: &[&str]) -> Command {
-        let mut c = Command::new(watchdog_bin());
-        c.arg("exec")
-            .arg("--audit-log")
-            .arg(&self.log)
-            .args(args)
-            .arg("--")
-            .args(argv)
-            .env("TMPDIR", self.scratch.dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        c
-    }
-
-    fn log(&self) -> Log {
-        Log::read(&self.log)
-    }
-
-    fn verify(&self) -> (i32, Value) {
+    fn verdict(&self) -> (i32, Value) {
         verify_log(&self.log, &[])
     }
 }
@@ -122,14 +89,14 @@ fn usr1_and_winch_to_exec_reach_the_job_and_the_watchdog_lives() {
     drop(child.stdin.take()); // the job's stdin is ours: EOF ends it
     let status = wait_child(&mut child, PATIENCE);
     assert_eq!(status.code(), Some(3), "the job's status, passed on");
-    let recs = e.log();
+    let recs = e.typed();
     for name in ["SIGUSR1", "SIGWINCH"] {
         let got = signal_records(&recs, name);
         assert_eq!(got.len(), 1, "{name}: {got:?}");
         assert!(got[0].forwarded);
         assert_eq!(got[0].to.len(), 1, "{got:?}");
     }
-    let (code, v) = e.verify();
+    let (code, v) = e.verdict();
     assert_eq!(code, 0, "{v:#}");
 }
 
@@ -159,10 +126,10 @@ fn a_usr2_to_exec_never_leaves_a_grandchild_behind() {
     assert!(alive.is_empty(), "alive: {}", alive.len());
     let status = wait_child(&mut child, PATIENCE);
     assert_eq!(status.code(), Some(124), "orphans were stopped");
-    let usr2 = signal_records(&e.log(), "SIGUSR2");
+    let usr2 = signal_records(&e.typed(), "SIGUSR2");
     assert_eq!(usr2.len(), 1, "{usr2:?}");
     assert!(usr2[0].forwarded);
-    let (code, v) = e.verify();
+    let (code, v) = e.verdict();
     assert_eq!(code, 0, "{v:#}");
 }
 
@@ -180,7 +147,7 @@ fn alrm_to_exec_is_the_deadline_now() {
     signal_child(&child, Signal::SIGALRM);
     let status = wait_child(&mut child, PATIENCE);
     assert_eq!(status.code(), Some(124));
-    let recs = e.log();
+    let recs = e.typed();
     let t = all!(recs, Event::StopTriggered);
     assert_eq!(t[0].reason, StopReason::Deadline, "{t:?}");
     assert!(t[0].detail.contains("SIGALRM"), "{t:?}");
@@ -202,7 +169,7 @@ fn a_parent_ignoring_sigchld_does_not_hang_exec() {
     }
     let out = output_within(c.spawn().unwrap(), Duration::from_secs(30));
     assert_eq!(out.status.code(), Some(7), "{out:?}");
-    let (code, v) = e.verify();
+    let (code, v) = e.verdict();
     assert_eq!(code, 0, "{v:#}");
 }
 
@@ -246,7 +213,7 @@ fn the_callers_environment_reaches_the_job_unless_minimal() {
         let out = output_within(c.env("REA_TEST_FOO", "bar").spawn().unwrap(), PATIENCE);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
         assert_eq!(String::from_utf8_lossy(&out.stdout), want, "{args:?}");
-        let h = handover(&e.log());
+        let h = handover(&e.typed());
         assert_eq!(h.env_inherited, args.is_empty(), "{h:?}");
     }
 }
@@ -312,7 +279,7 @@ fn a_caller_ignoring_sigpipe_gets_broken_pipe_from_the_job() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("Broken pipe"), "{err}");
-    let kept = handover(&e.log()).kept_ignored;
+    let kept = handover(&e.typed()).kept_ignored;
     assert!(kept.contains(&libc::SIGPIPE), "{kept:?}");
 }
 
@@ -364,7 +331,7 @@ fn a_signal_flood_is_one_record_a_second() {
     drop(child.stdin.take());
     let status = wait_child(&mut child, PATIENCE);
     assert_eq!(status.code(), Some(0));
-    let usr1 = signal_records(&e.log(), "SIGUSR1");
+    let usr1 = signal_records(&e.typed(), "SIGUSR1");
     let count: u64 = usr1.iter().map(|r| r.count).sum();
     assert!((1..=5000).contains(&count), "{count}");
     assert!(
@@ -372,7 +339,7 @@ fn a_signal_flood_is_one_record_a_second() {
         "{} records in {secs}s",
         usr1.len()
     );
-    let (code, v) = e.verify();
+    let (code, v) = e.verdict();
     assert_eq!(code, 0, "{v:#}");
 }
 
@@ -433,7 +400,7 @@ fn a_child_present_before_exec_is_inherited_and_never_touched() {
         !held.get("sidecar").has_exited(),
         "the inherited sleep was ended"
     );
-    let recs = e.log();
+    let recs = e.typed();
     let h = handover(&recs);
     assert_eq!(h.inherited_total, 1, "{h:?}");
     assert_eq!(h.inherited.first().map(|p| p.pid), Some(pid), "{h:?}");
@@ -442,7 +409,7 @@ fn a_child_present_before_exec_is_inherited_and_never_touched() {
         "{:?}",
         recs.kinds()
     );
-    let (code, v) = e.verify();
+    let (code, v) = e.verdict();
     assert_eq!(code, 0, "{v:#}");
     // `held` SIGKILLs the sleep through its pidfd when dropped.
 }
@@ -467,7 +434,7 @@ fn as_pid_1_exec_passes_the_status_on_and_reaps_orphans() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(3), "{out:?}");
-    let recs = e.log();
+    let recs = e.typed();
     let root = match recs.at(1) {
         Event::RootBound(r) => r,
         e => panic!("the second record is not root_bound: {e:?}"),
@@ -479,7 +446,7 @@ fn as_pid_1_exec_passes_the_status_on_and_reaps_orphans() {
         .map(|r| r.processes.len())
         .sum();
     assert!(reaped >= 100, "{reaped} orphans reaped");
-    let (code, v) = e.verify();
+    let (code, v) = e.verdict();
     assert_eq!(code, 0, "{v:#}");
 }
 
@@ -522,7 +489,7 @@ fn as_pid_1_usr1_is_forwarded_and_term_stops() {
     wd.signal(Signal::SIGTERM).unwrap();
     let status = wait_child(&mut child, PATIENCE);
     assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
-    let (code, v) = e.verify();
+    let (code, v) = e.verdict();
     assert_eq!(code, 0, "{v:#}");
 }
 
@@ -554,7 +521,7 @@ fn signals_32_33_spare_the_watchdog_and_real_time_ones_are_forwarded() {
     drop(child.stdin.take());
     let status = wait_child(&mut child, PATIENCE);
     assert_eq!(status.code(), Some(9), "{status:?}");
-    let rt = signal_records(&e.log(), &format!("SIG{}", libc::SIGRTMIN() + 2));
+    let rt = signal_records(&e.typed(), &format!("SIG{}", libc::SIGRTMIN() + 2));
     assert_eq!(rt.len(), 1, "{rt:?}");
     assert!(rt[0].forwarded);
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod counted;
+pub mod exec;
 pub mod fuse;
 pub mod harness;
 pub mod logs;
