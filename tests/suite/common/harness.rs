@@ -489,14 +489,6 @@ pub fn of_kind<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
     records.iter().filter(|r| r["kind"] == kind).collect()
 }
 
-pub fn receipt(records: &[Value]) -> Value {
-    records
-        .last()
-        .filter(|r| r["kind"] == "receipt")
-        .map(|r| r["data"].clone())
-        .unwrap_or(Value::Null)
-}
-
 /// `rea-audit verify LOG --json ARGS` → (exit code, verdict). The verdict
 /// is also checked against audit-schema/verdict.schema.json and every
 /// record against record.schema.json.
