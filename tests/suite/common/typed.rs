@@ -259,3 +259,50 @@ macro_rules! first {
 
 pub(crate) use all;
 pub(crate) use first;
+
+/// The reader itself: a built log reads back as written, and a line that
+/// is not the writer's encoding, or not a record, fails naming the file
+/// and the line.
+mod tests {
+    use super::{Event, Log};
+    use crate::common::logs::{build, read_lines, replace_once, write_lines, LogOpts};
+
+    #[test]
+    fn a_built_log_reads_back_typed() {
+        let built = build(&LogOpts::closed("typed-read"));
+        let log = Log::<Event>::read(&built.path);
+        assert_eq!(log.kinds(), built.kinds);
+        assert_eq!(Some(log.receipt()), built.receipt.as_ref());
+        assert_eq!(all!(log, Event::JobSpawned).len(), 2);
+        assert_eq!(first!(log, Event::JobSpawned).job, 1);
+        let lines: Vec<usize> = log.recs.iter().map(|r| r.line).collect();
+        assert_eq!(lines, (1..=built.kinds.len()).collect::<Vec<_>>());
+    }
+
+    #[track_caller]
+    fn read_fails(path: &std::path::Path) -> String {
+        let p = path.to_path_buf();
+        let err = std::panic::catch_unwind(move || Log::<Event>::read(&p))
+            .expect_err("the reader accepted the line");
+        err.downcast_ref::<String>().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn a_line_that_is_not_the_writers_encoding_fails_naming_file_and_line() {
+        let built = build(&LogOpts::closed("typed-fail"));
+        let k = built.line_of("job_spawned", 0);
+        let mut lines = read_lines(&built.path);
+        // A space the writer never writes: the same record, other bytes.
+        lines[k - 1] = replace_once(&lines[k - 1], "\"job\":", b"\"job\": ");
+        write_lines(&built.path, &lines);
+        let msg = read_fails(&built.path);
+        let at = format!("{}:{k}: not byte for byte", built.path.display());
+        assert!(msg.contains(&at), "{msg}");
+        // Not a record at all.
+        lines[k - 1] = b"{}".to_vec();
+        write_lines(&built.path, &lines);
+        let msg = read_fails(&built.path);
+        let at = format!("{}:{k}: not a record", built.path.display());
+        assert!(msg.contains(&at), "{msg}");
+    }
+}
