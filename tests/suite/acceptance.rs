@@ -31,10 +31,14 @@ use common::harness::*;
 use common::raw::{exchange, js, Req};
 use common::reuse::{dead_process, force_pid_reuse};
 use common::stop::wait_for;
+use common::typed::{all, Log};
 use nix::sys::signal::Signal;
-use rea::kinds::watchdog::Ident;
+use rea::kinds::watchdog::{
+    ContainMode, Event, Ident, Outcome, Receipt, Stage, Status, StopReason,
+};
 use rea::process::identity::Stat;
 use rea::process::pidfd::{bind_ident, VerifiedPidFd};
+use rea::protocol::RefusalReason;
 use serde_json::{json, Value};
 
 fn repo() -> &'static str {
@@ -43,10 +47,6 @@ fn repo() -> &'static str {
 
 fn tool(name: &str) -> String {
     format!("{}/tools/{name}", repo())
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// An oracle FIFO read to EOF, keeping every line the fixtures wrote
@@ -126,30 +126,22 @@ impl Reports {
     }
 }
 
-/// The `data` of every record of `kind`.
-fn data_of(records: &[Value], kind: &str) -> Vec<Value> {
-    of_kind(records, kind)
-        .into_iter()
-        .map(|r| r["data"].clone())
-        .collect()
-}
-
 /// Asserts the log is sealed by one receipt, and every job spawned was reaped.
-fn assert_sealed_and_reaped(records: &[Value]) {
-    let ks = kinds(records);
+fn assert_sealed_and_reaped(records: &Log) {
+    let ks = records.kinds();
     assert_eq!(
-        ks.iter().filter(|k| *k == "receipt").count(),
+        ks.iter().filter(|k| **k == "receipt").count(),
         1,
         "exactly one receipt: {ks:?}"
     );
-    assert_eq!(ks.last().map(String::as_str), Some("receipt"), "{ks:?}");
-    let spawned: Vec<u64> = data_of(records, "job_spawned")
+    assert_eq!(ks.last().copied(), Some("receipt"), "{ks:?}");
+    let spawned: Vec<u64> = all!(records, Event::JobSpawned)
         .iter()
-        .map(|d| d["job"].as_u64().unwrap())
+        .map(|d| d.job)
         .collect();
-    let exited: Vec<u64> = data_of(records, "job_exited")
+    let exited: Vec<u64> = all!(records, Event::JobExited)
         .iter()
-        .map(|d| d["job"].as_u64().unwrap())
+        .map(|d| d.job)
         .collect();
     for j in &spawned {
         assert!(exited.contains(j), "job {j} was never reaped: {ks:?}");
@@ -244,50 +236,34 @@ fn assert_all_fixtures_gone(r: &mut Rehearsal, phases: usize, launchers: usize) 
     );
 }
 
-/// Every process any `signal_sweep` targeted, once each.
-fn swept(records: &[Value]) -> BTreeSet<(i64, u64)> {
-    data_of(records, "signal_sweep")
+/// Every process any `signal_sweep` of the log targeted, once each.
+fn swept(log: &Path) -> BTreeSet<(i64, u64)> {
+    all!(Log::read(log), Event::SignalSweep)
         .iter()
-        .flat_map(|d| d["targets"].as_array().unwrap().clone())
-        .map(|t| {
-            (
-                t["pid"].as_i64().unwrap(),
-                t["start_time"].as_u64().unwrap(),
-            )
-        })
+        .flat_map(|d| d.targets.iter())
+        .map(|t| (i64::from(t.pid), t.start_time))
         .collect()
 }
 
-/// Every process an ask sweep (docs/stop.md) targeted.
-fn asked(records: &[Value]) -> BTreeSet<(i64, u64)> {
-    data_of(records, "signal_sweep")
+/// Every process an ask sweep (docs/stop.md) of the log targeted.
+fn asked(log: &Path) -> BTreeSet<(i64, u64)> {
+    all!(Log::read(log), Event::SignalSweep)
         .iter()
-        .filter(|d| d["stage"] == "ask")
-        .flat_map(|d| d["targets"].as_array().unwrap().clone())
-        .map(|t| {
-            (
-                t["pid"].as_i64().unwrap(),
-                t["start_time"].as_u64().unwrap(),
-            )
-        })
+        .filter(|d| d.stage == Stage::Ask)
+        .flat_map(|d| d.targets.iter())
+        .map(|t| (i64::from(t.pid), t.start_time))
         .collect()
 }
 
 /// The leaders of the jobs still running when the stop began: spawned,
 /// and not exited before the first stop_triggered.
-fn running_leaders(records: &[Value]) -> BTreeSet<(i64, u64)> {
-    let key = |d: &Value| {
-        (
-            d["pid"].as_i64().unwrap(),
-            d["start_time"].as_u64().unwrap(),
-        )
-    };
+fn running_leaders(log: &Path) -> BTreeSet<(i64, u64)> {
     let mut running = BTreeSet::new();
-    for r in records {
-        match r["kind"].as_str().unwrap() {
-            "job_spawned" => _ = running.insert(key(&r["data"])),
-            "job_exited" => _ = running.remove(&key(&r["data"])),
-            "stop_triggered" => break,
+    for e in Log::read(log).iter() {
+        match e {
+            Event::JobSpawned(j) => _ = running.insert((i64::from(j.pid), j.start_time)),
+            Event::JobExited(j) => _ = running.remove(&(i64::from(j.pid), j.start_time)),
+            Event::StopTriggered(_) => break,
             _ => {}
         }
     }
@@ -296,7 +272,7 @@ fn running_leaders(records: &[Value]) -> BTreeSet<(i64, u64)> {
 
 /// The receipt's counts agree with the records by the library's one count
 /// rule (`Counts::add`), recounted here from the parsed log.
-fn assert_counts_recount(log: &Path, receipt: &Value) {
+fn assert_counts_recount(log: &Path, receipt: &Receipt) {
     let mut counts = rea::kinds::watchdog::Counts::default();
     for line in std::fs::read(log).unwrap().split(|&b| b == b'\n') {
         if !line.is_empty() {
@@ -304,11 +280,7 @@ fn assert_counts_recount(log: &Path, receipt: &Value) {
             counts.add(&rec.event);
         }
     }
-    assert_eq!(
-        receipt["counts"],
-        serde_json::to_value(&counts).unwrap(),
-        "receipt counts vs the records"
-    );
+    assert_eq!(receipt.counts, counts, "receipt counts vs the records");
 }
 
 /// A log that recorded a stage is delete_allowed only for the exact stage
@@ -352,12 +324,12 @@ fn rehearse_success_three_launchers_delete_allowed() {
     // install + 3 nested launchers report as launchers, the rehearsal as phase.
     assert_all_fixtures_gone(&mut r, 1, 4);
 
-    let records = records(&r.log());
+    let records = Log::read(&r.log());
     assert_sealed_and_reaped(&records);
-    let spawned = data_of(&records, "job_spawned");
+    let spawned = all!(records, Event::JobSpawned);
     let names: Vec<&str> = spawned
         .iter()
-        .map(|d| d["name"].as_str().unwrap_or(""))
+        .map(|d| d.name.as_deref().unwrap_or(""))
         .collect();
     assert_eq!(
         names,
@@ -370,21 +342,24 @@ fn rehearse_success_three_launchers_delete_allowed() {
         ]
     );
     // Phase bounds are the controller's request deadlines (docs/requests.md).
-    let deadline = |i: usize| spawned[i]["deadline_ms"].as_u64().unwrap();
+    let deadline = |i: usize| spawned[i].deadline_ms.unwrap();
     assert!(deadline(0) > 190_000 && deadline(0) <= 200_000);
     assert!(deadline(1) > 250_000 && deadline(1) <= 260_000);
     assert!((2..5).all(|i| deadline(i) > 50_000 && deadline(i) <= 60_000));
     // The launchers were asked for from inside the phase, not by the root.
-    let root = &records[1]["data"]["root"];
-    assert!((2..5).all(|i| !spawned[i]["caller"].is_null() && spawned[i]["caller"] != *root));
-    for d in data_of(&records, "job_exited") {
-        assert_eq!(d["status"], json!({"code": 0}), "{d}");
-        assert_eq!(d["stopped"], false);
+    let root = match records.at(1) {
+        Event::RootBound(b) => b.root,
+        e => panic!("the second record is not root_bound: {e:?}"),
+    };
+    assert!((2..5).all(|i| spawned[i].caller.is_some() && spawned[i].caller != root));
+    for d in all!(records, Event::JobExited) {
+        assert_eq!(d.status, Status::Code(0), "{d:?}");
+        assert!(!d.stopped);
     }
-    let receipt = receipt(&records);
-    assert_eq!(receipt["outcome"], "closed");
-    assert_eq!(receipt["quiescent"], true);
-    assert_eq!(receipt["counts"]["signals"], 0);
+    let receipt = records.receipt();
+    assert_eq!(receipt.outcome, Outcome::Closed);
+    assert!(receipt.quiescent);
+    assert_eq!(receipt.counts.signals, 0);
     // rehearse verified with --staging before deleting the stage; without
     // it the verdict cannot be delete_allowed (docs/verdict.md).
     assert_only_staging_unchecked(&r);
@@ -402,24 +377,24 @@ fn rehearse_timeout_stops_phase_and_nested_launcher() {
     assert!(!r.staging().exists());
     assert_all_fixtures_gone(&mut r, 1, 2);
 
-    let records = records(&r.log());
+    let records = Log::read(&r.log());
     assert_sealed_and_reaped(&records);
-    let first = data_of(&records, "stop_triggered")
+    let first = all!(records, Event::StopTriggered)
         .into_iter()
-        .find(|d| d["first"] == true)
+        .find(|d| d.first)
         .unwrap();
-    assert_eq!(first["reason"], "deadline");
+    assert_eq!(first.reason, StopReason::Deadline);
     // The job that passed its deadline is the nested launcher.
-    let late = first["job"].as_u64().unwrap();
-    let spawned = data_of(&records, "job_spawned");
-    let late_job = spawned.iter().find(|d| d["job"] == late).unwrap();
-    assert_eq!(late_job["name"], "launcher-1");
+    let late = first.job.unwrap();
+    let spawned = all!(records, Event::JobSpawned);
+    let late_job = spawned.iter().find(|d| d.job == late).unwrap();
+    assert_eq!(late_job.name.as_deref(), Some("launcher-1"));
     // Phase and launcher were signalled and reaped, as were the phase's
     // own descendants (the submit client).
-    let targets = swept(&records);
+    let targets = swept(&r.log());
     for who in ["phase", "launcher"] {
         for m in r.oracle.members(who) {
-            if who == "launcher" && data_of(&records, "job_spawned")[0]["pid"] == m.pid {
+            if who == "launcher" && spawned[0].pid == m.pid {
                 continue; // the install launcher had exited long before
             }
             assert!(
@@ -434,14 +409,14 @@ fn rehearse_timeout_stops_phase_and_nested_launcher() {
     // two running leaders (phase, launcher); the phase's submit client is
     // TERMed after it unless it already exited on its own, answered
     // "stopped" when its launcher died (timing too).
-    assert_eq!(asked(&records), running_leaders(&records), "the ask");
+    assert_eq!(asked(&r.log()), running_leaders(&r.log()), "the ask");
     assert!(
         (2..=3).contains(&targets.len()),
         "phase, launcher, perhaps its submit client: {targets:?}"
     );
-    let receipt = receipt(&records);
-    assert_eq!(receipt["quiescent"], true, "{receipt:#}");
-    assert_eq!(receipt["no_live_or_waitable_descendants"], true);
+    let receipt = records.receipt();
+    assert!(receipt.quiescent, "{receipt:#?}");
+    assert!(receipt.no_live_or_waitable_descendants);
     assert_only_staging_unchecked(&r);
     sibling.assert_alive();
 }
@@ -458,32 +433,28 @@ fn rehearse_escape_setsid_escapee_is_abandoned_and_stopped() {
     assert_all_fixtures_gone(&mut r, 1, 2);
     assert_eq!(r.oracle.count("escapee"), 1, "{:?}", r.oracle.lines);
 
-    let records = records(&r.log());
+    let records = Log::read(&r.log());
     assert_sealed_and_reaped(&records);
     let escapee = r.oracle.members("escapee")[0];
-    let first = data_of(&records, "stop_triggered")
+    let first = all!(records, Event::StopTriggered)
         .into_iter()
-        .find(|d| d["first"] == true)
+        .find(|d| d.first)
         .unwrap();
-    assert_eq!(first["reason"], "abandoned");
-    let named: Vec<(i64, u64)> = first["processes"]
-        .as_array()
-        .unwrap()
+    assert_eq!(first.reason, StopReason::Abandoned);
+    let named: Vec<(i64, u64)> = first
+        .processes
         .iter()
-        .map(|p| {
-            (
-                p["pid"].as_i64().unwrap(),
-                p["start_time"].as_u64().unwrap(),
-            )
-        })
+        .map(|p| (i64::from(p.pid), p.start_time))
         .collect();
     assert!(
         named.contains(&(escapee.pid as i64, escapee.start_time)),
-        "the escapee {escapee:?} is named as abandoned: {first:#}"
+        "the escapee {escapee:?} is named as abandoned: {first:#?}"
     );
     // The nested phase-to-runner request was served before the stop.
-    let spawned = data_of(&records, "job_spawned");
-    assert!(spawned.iter().any(|d| d["name"] == "launcher-1"));
+    let spawned = all!(records, Event::JobSpawned);
+    assert!(spawned
+        .iter()
+        .any(|d| d.name.as_deref() == Some("launcher-1")));
     assert_only_staging_unchecked(&r);
     sibling.assert_alive();
 }
@@ -499,41 +470,45 @@ fn rehearse_controller_kill_watchdog_stops_reaps_and_retains() {
     // Phase and three running launchers (+ install's) were all stopped.
     assert_all_fixtures_gone(&mut r, 1, 4);
 
-    let records = records(&r.log());
+    let records = Log::read(&r.log());
     assert_sealed_and_reaped(&records);
-    let receipt = receipt(&records);
-    assert_eq!(receipt["stop_reason"], "root_lost", "{receipt:#}");
-    assert_eq!(receipt["root_alive"], false);
-    assert_eq!(receipt["quiescent"], true, "positive proof: {receipt:#}");
-    assert_eq!(receipt["no_live_or_waitable_descendants"], true);
+    let receipt = records.receipt();
+    assert_eq!(
+        receipt.stop_reason,
+        Some(StopReason::RootLost),
+        "{receipt:#?}"
+    );
+    assert!(!receipt.root_alive);
+    assert!(receipt.quiescent, "positive proof: {receipt:#?}");
+    assert!(receipt.no_live_or_waitable_descendants);
     // The rehearsal and three launchers are the running jobs: the ask step
     // goes to exactly their leaders. The rehearsal's three submit clients
     // are TERMed after it unless they already exited on their own (each
     // ends once its launcher's "stopped" reply arrives): timing, like the
     // signal count, which is held to the records instead.
-    let leaders = running_leaders(&records);
+    let leaders = running_leaders(&r.log());
     assert_eq!(
-        asked(&records),
+        asked(&r.log()),
         leaders,
         "the ask went to the running leaders"
     );
-    let targets = swept(&records);
+    let targets = swept(&r.log());
     assert!(
         targets.is_superset(&leaders) && targets.len() <= 7,
         "{targets:?}"
     );
-    assert_counts_recount(&r.log(), &receipt);
-    assert_eq!(receipt["counts"]["jobs"], 5, "{receipt:#}");
-    let exited = data_of(&records, "job_exited");
+    assert_counts_recount(&r.log(), receipt);
+    assert_eq!(receipt.counts.jobs, 5, "{receipt:#?}");
+    let exited = all!(records, Event::JobExited);
     assert_eq!(
-        exited.iter().filter(|d| d["stopped"] == true).count(),
+        exited.iter().filter(|d| d.stopped).count(),
         4,
         "rehearsal + 3 launchers stopped: {exited:#?}"
     );
     // What the launchers left in the private temp root is listed, then removed.
-    let tmp = data_of(&records, "temp_root_inventoried");
-    assert_eq!(tmp[0]["inventory"]["entries"], 3, "{tmp:#?}");
-    assert_eq!(receipt["temp_root_removed"], true);
+    let tmp = all!(records, Event::TempRootInventoried);
+    assert_eq!(tmp[0].inventory.entries, 3, "{tmp:#?}");
+    assert!(receipt.temp_root_removed);
     let staging = r.staging();
     let (code, v) = verify_log(&r.log(), &["--staging", s(&staging)]);
     assert_eq!(code, 1, "{v:#}");
@@ -623,12 +598,12 @@ fn rehearse_response_lost_reconciles_running_then_closes() {
     assert_eq!(r.report["staging_deleted"], true);
     assert!(!r.staging().exists());
     assert_all_fixtures_gone(&mut r, 1, 4);
-    let recs = records(&r.log());
+    let recs = Log::read(&r.log());
     // The response that could not be delivered is in the log; the stop is
     // the fresh controller's close.
-    assert!(!of_kind(&recs, "reply_failed").is_empty(), "{recs:#?}");
-    let first = data_of(&recs, "stop_triggered")[0].clone();
-    assert_eq!(first["reason"], "close_while_running", "{first}");
+    assert!(!all!(recs, Event::ReplyFailed).is_empty(), "{recs:#?}");
+    let first = all!(recs, Event::StopTriggered)[0];
+    assert_eq!(first.reason, StopReason::CloseWhileRunning, "{first:?}");
     sibling.assert_alive();
 }
 
@@ -654,9 +629,9 @@ fn rehearse_response_and_watchdog_lost_is_a_review() {
     // With a cgroup (auto finds one here) the escapee is a live member of
     // the action's group: the action still runs, and the report names
     // `rea-watchdog recover`; without one, a person reviews.
-    let contained = of_kind(&records(&r.log()), "containment")
+    let contained = all!(Log::read(&r.log()), Event::Containment)
         .first()
-        .is_some_and(|c| c["data"]["mode"] == "cgroup");
+        .is_some_and(|c| c.mode == ContainMode::Cgroup);
     if contained {
         assert_eq!(found["reconcile"], "running", "{}", r.explain());
         assert_eq!(found["reconcile_exit"], 5);
@@ -705,10 +680,10 @@ fn spawned_pid(w: &Watchdog, name: &str) -> i32 {
         PATIENCE,
         &format!("job {name}'s job_spawned record"),
         || {
-            data_of(&w.records(), "job_spawned")
+            all!(w.log(), Event::JobSpawned)
                 .into_iter()
-                .find(|d| d["name"] == name)
-                .map(|d| d["pid"].as_i64().unwrap() as i32)
+                .find(|d| d.name.as_deref() == Some(name))
+                .map(|d| d.pid)
         },
     )
 }
@@ -853,11 +828,12 @@ fn hopper_sibling_survives_verifier_failure() {
     let (code, v) = w.verify(&["--staging", s(&w.staging)]);
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(v["stop_reason"], "close_while_running");
-    let exited = data_of(&w.records(), "job_exited");
+    let log = w.log();
+    let exited = all!(log, Event::JobExited);
     assert_eq!(
         exited
             .iter()
-            .filter(|d| d["status"] == json!({"code": 3}))
+            .filter(|d| d.status == Status::Code(3))
             .count(),
         4,
         "three launchers and their phase exited 3: {exited:#?}"
@@ -989,12 +965,16 @@ impl Controller {
     /// The log is sealed, stopped for root_lost with a positive proof, and
     /// the verdict is retain.
     fn assert_root_lost_evidence(&self) {
-        let records = records(&self.log);
+        let records = Log::read(&self.log);
         assert_sealed_and_reaped(&records);
-        let receipt = receipt(&records);
-        assert_eq!(receipt["stop_reason"], "root_lost", "{receipt:#}");
-        assert_eq!(receipt["quiescent"], true, "{receipt:#}");
-        assert_eq!(receipt["uncertain_mappings"], 0);
+        let receipt = records.receipt();
+        assert_eq!(
+            receipt.stop_reason,
+            Some(StopReason::RootLost),
+            "{receipt:#?}"
+        );
+        assert!(receipt.quiescent, "{receipt:#?}");
+        assert_eq!(receipt.uncertain_mappings, 0);
         let (code, v) = verify_log(&self.log, &["--staging", s(&self.staging)]);
         assert_eq!(code, 1, "{v:#}");
         assert!(reason_codes(&v).contains(&"root_lost".to_string()), "{v:#}");
@@ -1261,16 +1241,13 @@ fn cleanup_is_idempotent_one_receipt() {
     assert!(err.contains("stale"), "{err}");
     assert_eq!(std::fs::read(&w.audit_log).unwrap(), before);
 
-    let records = w.records();
+    let records = w.log();
     assert_sealed_and_reaped(&records);
-    let triggers = data_of(&records, "stop_triggered");
+    let triggers = all!(records, Event::StopTriggered);
     assert_eq!(triggers.len(), 2, "{triggers:#?}");
-    assert_eq!(triggers[0]["first"], true);
-    assert_eq!(
-        triggers[1]["first"], false,
-        "the second stop only adds a record"
-    );
-    assert_eq!(of_kind(&records, "stop_completed").len(), 1);
+    assert!(triggers[0].first);
+    assert!(!triggers[1].first, "the second stop only adds a record");
+    assert_eq!(all!(records, Event::StopCompleted).len(), 1);
     let (code, v) = w.verify(&[
         "--expect-head",
         &w.head().unwrap(),
@@ -1342,23 +1319,23 @@ fn stale_caller_identity_is_refused_even_after_pid_reuse() {
     assert!(out.status.success(), "the action still runs: {out:?}");
     assert!(w.close().status.success());
     assert!(w.wait(PATIENCE).success());
-    let records = w.records();
-    let reasons: Vec<Value> = data_of(&records, "request_refused")
+    let records = w.log();
+    let reasons: Vec<RefusalReason> = all!(records, Event::RequestRefused)
         .iter()
-        .map(|d| d["reason"].clone())
+        .map(|d| d.reason)
         .collect();
     assert_eq!(
         reasons,
         [
-            "caller_not_alive",
-            "caller_mismatch",
-            "caller_mismatch",
-            "caller_mismatch"
+            RefusalReason::CallerNotAlive,
+            RefusalReason::CallerMismatch,
+            RefusalReason::CallerMismatch,
+            RefusalReason::CallerMismatch
         ],
         "the four refusals, in order"
     );
-    assert_eq!(data_of(&records, "job_spawned").len(), 1);
-    assert!(of_kind(&records, "stop_triggered").is_empty());
+    assert_eq!(all!(records, Event::JobSpawned).len(), 1);
+    assert!(all!(records, Event::StopTriggered).is_empty());
     let head = w.head().unwrap();
     let (code, v) = w.verify(&["--expect-head", &head, "--staging", s(&w.staging)]);
     assert_eq!(code, 0, "{v:#}");
@@ -1457,15 +1434,17 @@ fn discarded_stderr_never_reaches_log_receipt_or_replies() {
     }
 
     // The watchdog did read the stderr: counted and digested, not kept.
-    let exited = data_of(&w.records(), "job_exited");
+    let log = w.log();
+    let exited = all!(log, Event::JobExited);
     let expect = format!("{secret}\n");
-    assert_eq!(exited[0]["stderr"]["bytes"], expect.len() as u64);
+    assert_eq!(exited[0].stderr.bytes, expect.len() as u64);
     assert_eq!(
-        exited[0]["stderr"]["sha256"],
+        exited[0].stderr.sha256,
         rea::log::chain::line_hash(expect.as_bytes())
     );
-    let exited2 = data_of(&w2.records(), "job_exited");
-    assert_eq!(exited2[0]["stderr"]["bytes"], expect.len() as u64);
+    let log2 = w2.log();
+    let exited2 = all!(log2, Event::JobExited);
+    assert_eq!(exited2[0].stderr.bytes, expect.len() as u64);
 
     // Every file either action produced: logs, state directories (ready.json,
     // what is left of replies/), staging. And every line printed.
@@ -1569,12 +1548,9 @@ fn bwrap_job_stopped_cleanly_on_timeout() {
     assert!(held.wait_all_exited(PATIENCE).is_empty());
     assert!(w.close().status.success());
     assert!(w.wait(PATIENCE).success());
-    let records = w.records();
+    let records = w.log();
     assert_sealed_and_reaped(&records);
-    assert!(data_of(&records, "job_spawned")[0]["argv"][0]
-        .as_str()
-        .unwrap()
-        .ends_with("bwrap"));
+    assert!(all!(records, Event::JobSpawned)[0].argv[0].ends_with("bwrap"));
     let (code, v) = w.verify(&["--staging", s(&w.staging)]);
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(v["stop_reason"], "deadline");

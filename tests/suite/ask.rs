@@ -16,7 +16,8 @@ use std::process::Child;
 
 use common::harness::*;
 use common::stop::strs;
-use serde_json::Value;
+use common::typed::{all, first, Log};
+use rea::kinds::watchdog::{AskEnd, Event, Sig, SignalSweep, Stage};
 
 /// `fixtures/asked.py` as a job: a leader, `children` children, asked
 /// with `signal`, doing `on_stop` (`cleanup` or `ignore`).
@@ -78,28 +79,25 @@ impl Runtime {
 }
 
 /// The `signal_sweep` records, in order.
-fn sweeps(recs: &[Value]) -> Vec<Value> {
-    of_kind(recs, "signal_sweep")
-        .into_iter()
-        .map(|r| r["data"].clone())
-        .collect()
+fn sweeps(log: &Log) -> Vec<SignalSweep> {
+    all!(log, Event::SignalSweep).into_iter().cloned().collect()
 }
 
-/// Milliseconds from the first `stop_triggered` to record `r`.
-fn since_trigger_ms(recs: &[Value], r: &Value) -> u64 {
-    let t0 = of_kind(recs, "stop_triggered")[0]["mono_ns"]
-        .as_u64()
-        .unwrap();
-    (r["mono_ns"].as_u64().unwrap() - t0) / 1_000_000
+/// Milliseconds from the first `stop_triggered` to the first sweep of
+/// `stage`.
+fn since_trigger_ms(log: &Log, stage: Stage) -> u64 {
+    let t0 =
+        log.recs[log.position("stop_triggered", |e| matches!(e, Event::StopTriggered(_)))].mono_ns;
+    let at = log.recs[log.position(
+        &format!("{stage:?} sweep"),
+        |e| matches!(e, Event::SignalSweep(s) if s.stage == stage),
+    )]
+    .mono_ns;
+    (at - t0) / 1_000_000
 }
 
-fn pids(sweep: &Value) -> Vec<i64> {
-    let mut v: Vec<i64> = sweep["targets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["pid"].as_i64().unwrap())
-        .collect();
+fn pids(sweep: &SignalSweep) -> Vec<i32> {
+    let mut v: Vec<i32> = sweep.targets.iter().map(|t| t.pid).collect();
     v.sort();
     v
 }
@@ -132,14 +130,14 @@ fn a_leader_that_cleans_up_when_asked_leaves_its_children_unsignalled() {
     );
 
     // The watchdog's account: one sweep, the ask, to the leader alone.
-    let recs = w.records();
+    let recs = w.log();
     let s = sweeps(&recs);
     assert_eq!(s.len(), 1, "only the ask: {s:#?}");
-    assert_eq!(s[0]["stage"], "ask");
-    assert_eq!(s[0]["signals"], serde_json::json!(["SIGUSR1", "SIGCONT"]));
-    assert_eq!(pids(&s[0]), vec![i64::from(leader)]);
-    let spawned = &of_kind(&recs, "job_spawned")[0]["data"];
-    assert_eq!(spawned["stop_signal"], "SIGUSR1", "{spawned}");
+    assert_eq!(s[0].stage, Stage::Ask);
+    assert_eq!(s[0].signals, [Sig::USR1, Sig::CONT]);
+    assert_eq!(pids(&s[0]), vec![leader]);
+    let spawned = first!(recs, Event::JobSpawned);
+    assert_eq!(spawned.stop_signal, Sig::USR1, "{spawned:?}");
 
     let close = w.close();
     assert_eq!(close.status.code(), Some(0), "{close:?}");
@@ -157,12 +155,12 @@ fn a_leader_that_ignores_its_stop_signal_gets_term_to_the_rest_at_half_the_grace
     let mut w = Watchdog::start(&["--term-grace", "2s", "--kill-bound", "3s"]);
     let mut rt = Runtime::start(&w, "USR2", "ignore", "usr2");
     let leader = rt.leader().pid;
-    let children: Vec<i64> = {
-        let mut v: Vec<i64> = rt
+    let children: Vec<i32> = {
+        let mut v: Vec<i32> = rt
             .members
             .iter()
             .filter(|m| m.role == "child")
-            .map(|m| i64::from(m.pid))
+            .map(|m| m.pid)
             .collect();
         v.sort();
         v
@@ -174,34 +172,30 @@ fn a_leader_that_ignores_its_stop_signal_gets_term_to_the_rest_at_half_the_grace
     assert!(rt.held.wait_all_exited(PATIENCE).is_empty());
     assert_eq!(output_within(rt.submit, PATIENCE).status.code(), Some(124));
 
-    let recs = w.records();
+    let recs = w.log();
     let s = sweeps(&recs);
     // 1. the ask, to the leader alone, with its own signal;
-    assert_eq!(s[0]["stage"], "ask", "{s:#?}");
-    assert_eq!(s[0]["signals"], serde_json::json!(["SIGUSR2", "SIGCONT"]));
-    assert_eq!(pids(&s[0]), vec![i64::from(leader)]);
+    assert_eq!(s[0].stage, Stage::Ask, "{s:#?}");
+    assert_eq!(s[0].signals, [Sig::USR2, Sig::CONT]);
+    assert_eq!(pids(&s[0]), vec![leader]);
     // 2. the ask ends at half the grace, the leader still alive;
-    let ended = of_kind(&recs, "ask_ended");
+    let ended = all!(recs, Event::AskEnded);
     assert_eq!(ended.len(), 1, "{recs:#?}");
-    let e = &ended[0]["data"];
-    assert_eq!(e["reason"], "half_grace", "{e}");
-    assert_eq!(e["leaders_left"], 1, "{e}");
-    assert!(e["after_ms"].as_u64().unwrap() >= grace_ms / 2, "{e}");
+    let e = ended[0];
+    assert_eq!(e.reason, AskEnd::HalfGrace, "{e:?}");
+    assert_eq!(e.leaders_left, 1, "{e:?}");
+    assert!(e.after_ms >= grace_ms / 2, "{e:?}");
     // 3. then TERM to everything alive: the children and the leader;
-    let term: Vec<&Value> = s.iter().filter(|x| x["stage"] == "term").collect();
+    let term: Vec<&SignalSweep> = s.iter().filter(|x| x.stage == Stage::Term).collect();
     assert!(!term.is_empty(), "{s:#?}");
-    let term_rec = of_kind(&recs, "signal_sweep")
-        .into_iter()
-        .find(|r| r["data"]["stage"] == "term")
-        .unwrap();
     assert!(
-        since_trigger_ms(&recs, term_rec) >= grace_ms / 2,
+        since_trigger_ms(&recs, Stage::Term) >= grace_ms / 2,
         "TERM went out before half the grace"
     );
-    let mut termed: Vec<i64> = term.iter().flat_map(|x| pids(x)).collect();
+    let mut termed: Vec<i32> = term.iter().flat_map(|x| pids(x)).collect();
     termed.sort();
     let mut want = children.clone();
-    want.push(i64::from(leader));
+    want.push(leader);
     want.sort();
     assert_eq!(termed, want, "TERM to the children and the leader");
     // ... which the children saw (and nothing before it);
@@ -215,19 +209,16 @@ fn a_leader_that_ignores_its_stop_signal_gets_term_to_the_rest_at_half_the_grace
     );
     assert!(!told.contains("finished"), "{told}");
     // 4. KILL for the leader, which ignores TERM, after the grace;
-    let kill_rec = of_kind(&recs, "signal_sweep")
-        .into_iter()
-        .find(|r| r["data"]["stage"] == "kill")
+    let kill_rec = s
+        .iter()
+        .find(|x| x.stage == Stage::Kill)
         .expect("a KILL sweep");
-    assert_eq!(pids(&kill_rec["data"]), vec![i64::from(leader)]);
-    assert!(since_trigger_ms(&recs, kill_rec) >= grace_ms);
+    assert_eq!(pids(kill_rec), vec![leader]);
+    assert!(since_trigger_ms(&recs, Stage::Kill) >= grace_ms);
     // 5. all of it within the grace and the kill bound.
-    let done = &of_kind(&recs, "stop_completed")[0]["data"];
-    assert!(
-        done["elapsed_ms"].as_u64().unwrap() <= grace_ms + kill_ms,
-        "{done}"
-    );
-    assert_eq!(done["left"], 0);
+    let done = first!(recs, Event::StopCompleted);
+    assert!(done.elapsed_ms <= grace_ms + kill_ms, "{done:?}");
+    assert_eq!(done.left, 0);
 
     let close = w.close();
     assert_eq!(close.status.code(), Some(0), "{close:?}");
@@ -245,7 +236,7 @@ fn a_leader_that_ignores_its_stop_signal_gets_term_to_the_rest_at_half_the_grace
         .iter()
         .position(|l| String::from_utf8_lossy(l).contains("\"kind\":\"ask_ended\""))
         .unwrap();
-    let after = format!("\"after_ms\":{}", e["after_ms"]);
+    let after = format!("\"after_ms\":{}", e.after_ms);
     for (from, to, says) in [
         (
             "\"reason\":\"half_grace\"",
@@ -303,18 +294,17 @@ fn each_leader_is_asked_with_its_own_signal() {
         6
     );
 
-    let recs = w.records();
-    let s = sweeps(&recs);
-    assert!(s.iter().all(|x| x["stage"] == "ask"), "{s:#?}");
-    let leader = |m: &[Member]| i64::from(m.iter().find(|x| x.role == "leader").unwrap().pid);
-    let by_signal = |sig: &str| -> Vec<i64> {
+    let s = sweeps(&w.log());
+    assert!(s.iter().all(|x| x.stage == Stage::Ask), "{s:#?}");
+    let leader = |m: &[Member]| m.iter().find(|x| x.role == "leader").unwrap().pid;
+    let by_signal = |sig: Sig| -> Vec<i32> {
         s.iter()
-            .filter(|x| x["signals"][0] == sig)
+            .filter(|x| x.signals.first() == Some(&sig))
             .flat_map(pids)
             .collect()
     };
-    assert_eq!(by_signal("SIGHUP"), vec![leader(&m1)]);
-    assert_eq!(by_signal("SIGTERM"), vec![leader(&m2)]);
+    assert_eq!(by_signal(Sig::HUP), vec![leader(&m1)]);
+    assert_eq!(by_signal(Sig::TERM), vec![leader(&m2)]);
     let close = w.close();
     assert_eq!(close.status.code(), Some(0), "{close:?}");
     assert!(w.wait(PATIENCE).success());

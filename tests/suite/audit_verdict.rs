@@ -7,8 +7,10 @@ use crate::common;
 use std::fs;
 use std::path::Path;
 
+use common::harness::s;
 use common::logs::{build, read_lines, replace_once, verify, write_lines, LogOpts};
-use rea::kinds::watchdog::{Receipt, StopReason};
+use common::typed::{first, Log};
+use rea::kinds::watchdog::{Event, Receipt, StopReason};
 
 /// A staging directory as the controller would have it: an unpacked runtime.
 fn staging_dir(root: &Path) -> std::path::PathBuf {
@@ -17,10 +19,6 @@ fn staging_dir(root: &Path) -> std::path::PathBuf {
     fs::write(d.join("hopper/bin/Hopper"), b"\x7fELF not really").unwrap();
     fs::write(d.join("hopper/README"), b"Hopper Disassembler\n").unwrap();
     d
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 // ---------------------------------------------------------------------------
@@ -498,17 +496,21 @@ fn a_sigcont_outside_a_term_sweeps_targets_is_tampered() {
     let run = "cont-check";
     let log = build(&LogOpts::stopped(run, StopReason::Deadline));
     let at = log.line_of("signal_sweep", 0) - 1;
-    let sweep: serde_json::Value = serde_json::from_slice(&log.lines()[at]).unwrap();
-    let target = sweep["data"]["targets"][0]["pid"].as_i64().unwrap();
+    // The honest log, typed: the sweep's first target, its `others` as
+    // the writer spells them (Log::read holds each line to that encoding),
+    // and the receipt's count of signals.
+    let honest = Log::read(&log.path);
+    let sweep = first!(honest, Event::SignalSweep);
+    let target = i64::from(sweep.targets[0].pid);
     let receipt_at = log.line_of("receipt", 0) - 1;
-    let signals = {
-        let r: serde_json::Value = serde_json::from_slice(&log.lines()[receipt_at]).unwrap();
-        r["data"]["counts"]["signals"].as_u64().unwrap()
-    };
+    let signals = honest.receipt().counts.signals;
     let with_cont = |pid: i64, stage: Option<&str>| {
         let mut lines = read_lines(&log.path);
         // After `others`, as the writer orders the fields.
-        let others = format!("\"others\":{}", sweep["data"]["others"]);
+        let others = format!(
+            "\"others\":{}",
+            serde_json::to_string(&sweep.others).unwrap()
+        );
         let with = format!("{others},\"cont\":[{pid}]");
         let mut l = replace_once(&lines[at], &others, with.as_bytes());
         if let Some(s) = stage {

@@ -13,6 +13,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::harness::*;
+use common::typed::all;
+use rea::kinds::watchdog::Event;
 use serde_json::Value;
 
 const TOUCH: &str = "/usr/bin/touch";
@@ -199,9 +201,9 @@ fn a_foreign_state_dir_is_refused() {
 
 /// The deadline a job was spawned with, from its job_spawned record.
 fn spawned_deadline(w: &Watchdog, nth: usize) -> u64 {
-    let recs = w.records();
-    let s = of_kind(&recs, "job_spawned");
-    s[nth]["data"]["deadline_ms"].as_u64().unwrap()
+    let log = w.log();
+    let s = all!(log, Event::JobSpawned);
+    s[nth].deadline_ms.expect("a deadline")
 }
 
 #[test]
@@ -348,15 +350,15 @@ fn submit_resolves_argv0_through_path() {
     let out = w.submit(&[], &["no-such-program-here"]);
     assert_eq!(out.status.code(), Some(127), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
-    let recs = w.records();
-    let s = of_kind(&recs, "job_spawned");
+    let log = w.log();
+    let s = all!(log, Event::JobSpawned);
     assert_eq!(s.len(), 1);
-    let argv0 = s[0]["data"]["argv"][0].as_str().unwrap();
+    let argv0 = s[0].argv[0].as_str();
     assert!(
         argv0.starts_with('/') && argv0.ends_with("/true"),
         "{argv0}"
     );
-    assert_eq!(of_kind(&recs, "request_received").len(), 1);
+    assert_eq!(all!(log, Event::RequestReceived).len(), 1);
     let close = w.close();
     assert!(close.status.success(), "{close:?}");
     let v: Value = serde_json::from_slice(&close.stdout).unwrap();

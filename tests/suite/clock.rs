@@ -21,6 +21,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::harness::*;
+use common::typed::{all, first, Log};
+use rea::kinds::watchdog::Event;
 
 /// `rea-watchdog exec --contain MODE --deadline D --term-grace G
 /// --kill-bound K --audit-log LOG -- ARGV`, quiet, `TMPDIR` in `scratch`.
@@ -72,23 +74,22 @@ fn exec_zombie_leader(mode: &str) {
         "a member of the zombie-leader shape is still alive"
     );
     assert_eq!(status.code(), Some(124), "a deadline stop: {status:?}");
-    let recs = records(&log);
-    let done = &of_kind(&recs, "stop_completed")[0]["data"];
-    assert_eq!(done["left"], 0, "{done}");
-    let signalled: Vec<i64> = of_kind(&recs, "signal_sweep")
+    let recs = Log::read(&log);
+    let done = first!(recs, Event::StopCompleted);
+    assert_eq!(done.left, 0, "{done:?}");
+    let signalled: Vec<i32> = all!(recs, Event::SignalSweep)
         .iter()
-        .flat_map(|s| s["data"]["targets"].as_array().unwrap().clone())
-        .filter_map(|t| t["pid"].as_i64())
+        .flat_map(|s| s.targets.iter().map(|t| t.pid))
         .collect();
     for m in &members {
         assert!(
-            signalled.contains(&(m.pid as i64)),
+            signalled.contains(&m.pid),
             "{} (pid {}) was never signalled: {signalled:?}",
             m.role,
             m.pid
         );
     }
-    assert_eq!(receipt(&recs)["quiescent"], true);
+    assert!(recs.receipt().quiescent);
     let (code, v) = verify_log(&log, &[]);
     assert_ne!(code, 3, "an honest log is never tampered: {v}");
 }
@@ -130,12 +131,12 @@ fn exec_returns_on_a_leader_it_cannot_end() {
     .unwrap();
     let status = wait_child(&mut child, PATIENCE);
     let took = started.elapsed();
-    let recs = records(&log);
+    let recs = Log::read(&log);
     let mut held = Held::default();
-    if let Some(j) = of_kind(&recs, "job_spawned").first() {
+    if let Some(j) = all!(recs, Event::JobSpawned).first() {
         let ident = rea::vocab::Ident {
-            pid: j["data"]["pid"].as_i64().unwrap() as i32,
-            start_time: j["data"]["start_time"].as_u64().unwrap(),
+            pid: j.pid,
+            start_time: j.start_time,
             uid: NOBODY,
         };
         held.add("leader", ident); // SIGKILLed when `held` drops
@@ -143,9 +144,9 @@ fn exec_returns_on_a_leader_it_cannot_end() {
     let bound = Duration::from_millis(1000 + 500 + 1000 + 2000);
     assert!(took < bound, "exec took {took:?}, over {bound:?}");
     assert_eq!(status.code(), Some(125), "{status:?}");
-    let stuck = of_kind(&recs, "unkillable");
-    assert_eq!(stuck.len(), 1, "one unkillable record: {:?}", kinds(&recs));
-    assert_eq!(receipt(&recs)["quiescent"], false);
+    let stuck = all!(recs, Event::Unkillable);
+    assert_eq!(stuck.len(), 1, "one unkillable record: {:?}", recs.kinds());
+    assert!(!recs.receipt().quiescent);
     let (code, v) = verify_log(&log, &[]);
     assert_eq!(code, 1, "retain, never tampered: {v}");
     assert!(reason_codes(&v).contains(&"unkillable".to_string()), "{v}");
@@ -174,12 +175,12 @@ fn exec_returns_on_a_leader_an_outside_tracer_holds() {
     let until = Instant::now() + PATIENCE;
     let leader = loop {
         let recs = if log.exists() {
-            records(&log)
+            crate::common::typed::events(&log)
         } else {
             Vec::new()
         };
-        if let Some(j) = of_kind(&recs, "job_spawned").first() {
-            break j["data"]["pid"].as_i64().unwrap() as i32;
+        if let Some(j) = all!(recs, Event::JobSpawned).first() {
+            break j.pid;
         }
         assert!(Instant::now() < until, "exec never spawned its job");
         std::thread::sleep(Duration::from_millis(5));
@@ -200,10 +201,10 @@ fn exec_returns_on_a_leader_an_outside_tracer_holds() {
     let bound = Duration::from_millis(2000 + 300 + 1000 + 2000);
     assert!(took < bound, "exec took {took:?}, over {bound:?}");
     assert_eq!(status.code(), Some(125), "{status:?}");
-    let recs = records(&log);
-    let stuck = of_kind(&recs, "unkillable");
-    assert_eq!(stuck.len(), 1, "one unkillable record: {:?}", kinds(&recs));
-    assert_eq!(stuck[0]["data"]["process"]["pid"], leader);
+    let recs = Log::read(&log);
+    let stuck = all!(recs, Event::Unkillable);
+    assert_eq!(stuck.len(), 1, "one unkillable record: {:?}", recs.kinds());
+    assert_eq!(stuck[0].process.pid, leader);
     let (code, v) = verify_log(&log, &[]);
     assert_eq!(code, 1, "retain, never tampered: {v}");
     assert!(reason_codes(&v).contains(&"unkillable".to_string()), "{v}");
@@ -262,34 +263,38 @@ fn exec_fuse_reader(mode: &str) {
     let status = wait_child(&mut child, PATIENCE);
     let took = started.elapsed();
     eprintln!("exec --contain {mode}: {status:?} after {took:?}");
-    let recs = records(&log);
-    group = GroupGuard::of(&recs);
+    group = GroupGuard::of(&log);
+    let recs = Log::read(&log);
     // The leader, by the identity the log names (if it is still there):
     // SIGKILLed when `held` drops.
-    let leader: Vec<Member> = of_kind(&recs, "job_spawned")
+    let leader: Vec<Member> = all!(recs, Event::JobSpawned)
         .first()
         .map(|j| Member {
-            pid: j["data"]["pid"].as_i64().unwrap() as i32,
-            start_time: j["data"]["start_time"].as_u64().unwrap(),
+            pid: j.pid,
+            start_time: j.start_time,
             role: "leader".into(),
         })
         .into_iter()
         .collect();
     held = Held::bind_live(&leader);
-    let taken = taken.unwrap_or_else(|| panic!("no READ reached the server: {:?}", kinds(&recs)));
+    let taken = taken.unwrap_or_else(|| panic!("no READ reached the server: {:?}", recs.kinds()));
     let leader = leader.first().expect("the log names the leader");
     assert_eq!(taken.pid, leader.pid, "the leader took the READ");
     let bound = Duration::from_millis(1000 + 500 + 1000 + 2000);
     assert!(took < bound, "exec took {took:?}, over {bound:?}");
-    assert_eq!(status.code(), Some(125), "{status:?}: {:?}", kinds(&recs));
-    let stuck = of_kind(&recs, "unkillable");
-    assert_eq!(stuck.len(), 1, "one unkillable record: {:?}", kinds(&recs));
-    let data = &stuck[0]["data"];
-    assert_eq!(data["process"]["pid"], leader.pid, "{data}");
-    assert_eq!(data["process"]["start_time"], leader.start_time, "{data}");
-    assert_eq!(data["state"], "D", "{data}");
-    assert_eq!(data["wchan"], "request_wait_answer", "{data}");
-    assert_eq!(receipt(&recs)["quiescent"], false);
+    assert_eq!(status.code(), Some(125), "{status:?}: {:?}", recs.kinds());
+    let stuck = all!(recs, Event::Unkillable);
+    assert_eq!(stuck.len(), 1, "one unkillable record: {:?}", recs.kinds());
+    let data = stuck[0];
+    assert_eq!(data.process.pid, leader.pid, "{data:?}");
+    assert_eq!(data.process.start_time, leader.start_time, "{data:?}");
+    assert_eq!(data.state, "D", "{data:?}");
+    assert_eq!(
+        data.wchan.as_deref(),
+        Some("request_wait_answer"),
+        "{data:?}"
+    );
+    assert!(!recs.receipt().quiescent);
     let (code, v) = verify_log(&log, &[]);
     assert_eq!(code, 1, "retain, never tampered: {v}");
     assert!(reason_codes(&v).contains(&"unkillable".to_string()), "{v}");
@@ -297,11 +302,9 @@ fn exec_fuse_reader(mode: &str) {
     // and so (cgroup mode) is its group, kept.
     assert_eq!(held.alive().len(), 1, "the leader outlived exec");
     if let Some(g) = &group {
-        let kept = &of_kind(&recs, "group_removed")
-            .first()
-            .expect("group_removed")["data"];
-        assert_eq!(kept["populated"], true, "{kept}");
-        assert_eq!(kept["removed"], false, "{kept}");
+        let kept = first!(recs, Event::GroupRemoved);
+        assert!(kept.populated, "{kept:?}");
+        assert!(!kept.removed, "{kept:?}");
         assert!(g.exists());
     }
     let seen = server.abort();

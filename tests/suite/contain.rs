@@ -18,13 +18,24 @@ use std::process::{Command, Stdio};
 
 use common::harness::*;
 use common::stop::*;
+use common::typed::{all, first, Log};
+use rea::kinds::watchdog::{
+    ContainMode, ContainRequest, Containment, Event, GroupIdentity, Stage, StopReason,
+};
 use serde_json::Value;
 
-fn containment(recs: &[Value]) -> Value {
-    let c = of_kind(recs, "containment");
-    assert_eq!(c.len(), 1, "one containment record: {:?}", kinds(recs));
-    assert_eq!(kinds(recs)[2], "containment", "the third record");
-    c[0]["data"].clone()
+fn containment(log: &Log) -> Containment {
+    let c = all!(log, Event::Containment);
+    assert_eq!(c.len(), 1, "one containment record: {:?}", log.kinds());
+    assert_eq!(log.kinds()[2], "containment", "the third record");
+    c[0].clone()
+}
+
+/// The group a cgroup-mode containment record names.
+fn group(c: &Containment) -> &GroupIdentity {
+    c.group
+        .as_ref()
+        .unwrap_or_else(|| panic!("no group recorded: {c:?}"))
 }
 
 /// The group path `/proc/PID/cgroup` shows for pid (its `0::` line).
@@ -44,7 +55,7 @@ fn stop_then_close(w: &mut Watchdog, t: &mut Nasty, sibling: &Sibling) {
     let close = client_wait(w, "close");
     assert!(close.status.success(), "{close:?}");
     assert!(w.wait(PATIENCE).success());
-    assert_positive_stop(w, sibling, "stop_requested");
+    assert_positive_stop(w, sibling, StopReason::StopRequested);
 }
 
 #[test]
@@ -62,12 +73,11 @@ fn cgroup_mode_contains_the_tree_and_kills_it_through_the_group() {
         "--kill-bound",
         "20s",
     ]);
-    let recs = w.records();
-    let _guard = GroupGuard::of(&recs);
-    let c = containment(&recs);
-    assert_eq!(c["mode"], "cgroup", "{c}");
-    assert_eq!(c["requested"], "cgroup", "{c}");
-    let gpath = PathBuf::from(c["group"]["path"].as_str().unwrap());
+    let _guard = GroupGuard::of(&w.audit_log);
+    let c = containment(&w.log());
+    assert_eq!(c.mode, ContainMode::Cgroup, "{c:?}");
+    assert_eq!(c.requested, ContainRequest::Cgroup, "{c:?}");
+    let gpath = PathBuf::from(&group(&c).path);
     let name = format!("rea-{}", w.run_id());
     assert_eq!(gpath.file_name().unwrap().to_str(), Some(name.as_str()));
     assert!(gpath.is_dir(), "the group exists while the action runs");
@@ -95,42 +105,46 @@ fn cgroup_mode_contains_the_tree_and_kills_it_through_the_group() {
 
     stop_then_close(&mut w, &mut t, &sibling);
 
-    let recs = w.records();
-    let ks = kinds(&recs);
-    let kill = of_kind(&recs, "group_kill");
+    let log = w.log();
+    let ks = log.kinds();
+    let kill = all!(log, Event::GroupKill);
     assert_eq!(kill.len(), 1, "cgroup.kill written once: {ks:?}");
-    assert_eq!(kill[0]["data"]["ino"], c["group"]["ino"]);
-    assert!(of_kind(&recs, "group_kill_failed").is_empty(), "{ks:?}");
+    assert_eq!(kill[0].ino, group(&c).ino);
+    assert!(all!(log, Event::GroupKillFailed).is_empty(), "{ks:?}");
     // Recorded in the KILL stage: after the TERM sweeps, before any KILL sweep.
-    let at = ks.iter().position(|k| k == "group_kill").unwrap();
-    let sweeps: Vec<(usize, String)> = recs
+    let at = ks.iter().position(|k| *k == "group_kill").unwrap();
+    let sweeps: Vec<(usize, Stage)> = log
         .iter()
         .enumerate()
-        .filter(|(_, r)| r["kind"] == "signal_sweep")
-        .map(|(i, r)| (i, r["data"]["stage"].as_str().unwrap().to_string()))
+        .filter_map(|(i, e)| match e {
+            Event::SignalSweep(s) => Some((i, s.stage)),
+            _ => None,
+        })
         .collect();
     assert!(
-        sweeps.iter().any(|(i, s)| s == "term" && *i < at),
+        sweeps.iter().any(|(i, s)| *s == Stage::Term && *i < at),
         "{sweeps:?}"
     );
     assert!(
-        sweeps.iter().all(|(i, s)| s != "kill" || *i > at),
+        sweeps.iter().all(|(i, s)| *s != Stage::Kill || *i > at),
         "{sweeps:?}"
     );
-    let removed = of_kind(&recs, "group_removed");
+    let removed = all!(log, Event::GroupRemoved);
     assert_eq!(removed.len(), 1, "{ks:?}");
-    let r = &removed[0]["data"];
-    assert_eq!(r["populated"], false, "{r}");
-    assert_eq!(r["removed"], true, "{r}");
-    assert_eq!(r["group"], c["group"]);
-    assert!(ks.iter().position(|k| k == "group_removed") < ks.iter().position(|k| k == "receipt"));
+    let r = removed[0];
+    assert!(!r.populated, "{r:?}");
+    assert!(r.removed, "{r:?}");
+    assert_eq!(Some(&r.group), c.group.as_ref());
+    assert!(
+        ks.iter().position(|k| *k == "group_removed") < ks.iter().position(|k| *k == "receipt")
+    );
     assert!(!gpath.exists(), "the group directory is gone after close");
     sibling.assert_alive();
     let (code, v) = w.verify(&["--staging", w.staging.to_str().unwrap()]);
     assert_eq!(code, 0, "{v:#}");
 
     // The replay holds the group records to the containment record.
-    let ino = c["group"]["ino"].as_u64().unwrap();
+    let ino = group(&c).ino;
     let s = |x: &str| x.to_string();
     let cases = [
         (
@@ -198,12 +212,11 @@ fn auto_picks_cgroup_here_and_removes_the_group_at_close() {
     require_pid_ns!("contain");
     // Explicit: REA_CONTAIN (tools/test's none pass) must not decide here.
     let mut w = Watchdog::start(&["--contain", "auto"]);
-    let recs = w.records();
-    let _guard = GroupGuard::of(&recs);
-    let c = containment(&recs);
-    assert_eq!(c["requested"], "auto", "{c}");
-    assert_eq!(c["mode"], "cgroup", "{c}");
-    let gpath = PathBuf::from(c["group"]["path"].as_str().unwrap());
+    let _guard = GroupGuard::of(&w.audit_log);
+    let c = containment(&w.log());
+    assert_eq!(c.requested, ContainRequest::Auto, "{c:?}");
+    assert_eq!(c.mode, ContainMode::Cgroup, "{c:?}");
+    let gpath = PathBuf::from(&group(&c).path);
     let out = w.submit(&["--capture"], &["/bin/cat", "/proc/self/cgroup"]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -215,10 +228,10 @@ fn auto_picks_cgroup_here_and_removes_the_group_at_close() {
     let close = w.close();
     assert!(close.status.success(), "{close:?}");
     assert!(w.wait(PATIENCE).success());
-    let recs = w.records();
-    assert_eq!(receipt(&recs)["quiescent"], true);
-    assert_eq!(of_kind(&recs, "group_removed")[0]["data"]["removed"], true);
-    assert!(of_kind(&recs, "group_kill").is_empty(), "no stop, no kill");
+    let log = w.log();
+    assert!(log.receipt().quiescent);
+    assert!(first!(log, Event::GroupRemoved).removed);
+    assert!(all!(log, Event::GroupKill).is_empty(), "no stop, no kill");
     assert!(!gpath.exists());
     let (code, v) = w.verify(&["--staging", w.staging.to_str().unwrap()]);
     assert_eq!(code, 0, "{v:#}");
@@ -228,20 +241,18 @@ fn auto_picks_cgroup_here_and_removes_the_group_at_close() {
 /// A watchdog with discovery pointed at `root`: `auto` must choose none.
 fn auto_is_none_at(root: &Path, why: &str) {
     let mut w = Watchdog::start(&["--contain", "auto", "--cgroup-root", root.to_str().unwrap()]);
-    let recs = w.records();
-    let _guard = GroupGuard::of(&recs);
-    let c = containment(&recs);
-    assert_eq!(c["requested"], "auto", "{c}");
-    assert_eq!(c["mode"], "none", "{c}");
-    assert!(c["group"].is_null(), "{c}");
-    assert!(c["detail"].as_str().unwrap().contains(why), "{c}");
+    let _guard = GroupGuard::of(&w.audit_log);
+    let c = containment(&w.log());
+    assert_eq!(c.requested, ContainRequest::Auto, "{c:?}");
+    assert_eq!(c.mode, ContainMode::None, "{c:?}");
+    assert!(c.group.is_none(), "{c:?}");
+    assert!(c.detail.contains(why), "{c:?}");
     let out = w.submit(&[], &["/bin/true"]);
     assert!(out.status.success(), "{out:?}");
     let close = w.close();
     assert!(close.status.success(), "{close:?}");
     assert!(w.wait(PATIENCE).success());
-    let recs = w.records();
-    assert!(of_kind(&recs, "group_removed").is_empty());
+    assert!(all!(w.log(), Event::GroupRemoved).is_empty());
     let (code, v) = w.verify(&["--staging", w.staging.to_str().unwrap()]);
     assert_eq!(code, 0, "{v:#}");
 }
@@ -326,9 +337,9 @@ fn none_stops_the_tree_as_before_with_no_group() {
     require_pid_ns!("contain");
     let sibling = Sibling::start();
     let mut w = Watchdog::start(&["--contain", "none"]);
-    let c = containment(&w.records());
-    assert_eq!(c["mode"], "none", "{c}");
-    assert_eq!(c["requested"], "none", "{c}");
+    let c = containment(&w.log());
+    assert_eq!(c.mode, ContainMode::None, "{c:?}");
+    assert_eq!(c.requested, ContainRequest::None, "{c:?}");
     let mut t = Nasty::start(&w, &sibling, &[], "wait");
     let own = cgroup_of(w.pid()).unwrap();
     let leader = t.member("root");
@@ -438,7 +449,7 @@ fn a_descendant_that_left_the_group_is_still_stopped() {
             cmd.env("REA_TREE_ESCAPE_CGROUP", &escape.0);
         },
     );
-    let _guard = GroupGuard::of(&w.records());
+    let _guard = GroupGuard::of(&w.audit_log);
     let mut t = Nasty::start(&w, &sibling, &["leavegroup"], "wait");
     let left = t
         .members
@@ -455,15 +466,12 @@ fn a_descendant_that_left_the_group_is_still_stopped() {
     stop_then_close(&mut w, &mut t, &sibling);
     // It was not among the group's members when cgroup.kill went out, and a
     // KILL sweep (bound by the scan) ended it.
-    let recs = w.records();
-    let kill = of_kind(&recs, "group_kill");
+    let log = w.log();
+    let kill = all!(log, Event::GroupKill);
     assert_eq!(kill.len(), 1);
-    assert!(!kill[0]["data"]["members"]
-        .as_array()
-        .unwrap()
-        .contains(&left.into()));
+    assert!(!kill[0].members.contains(&left));
     assert!(
-        signalled_pids(&recs).contains(&(left as i64)),
+        signalled_pids(&log).contains(&left),
         "no sweep targeted the member that left"
     );
     assert!(escape.0.is_dir(), "the group it moved to is untouched");

@@ -27,8 +27,12 @@ use std::process::{Child, Command, Stdio};
 
 use common::harness::*;
 use common::raw::*;
+use common::typed::all;
+use rea::kinds::watchdog::{Event, Outcome};
+use rea::log::Kind as _;
 use rea::process::identity::{read_stat, self_start_time};
 use rea::process::pidfd::bind_unwaited_child;
+use rea::protocol::RefusalReason;
 use serde_json::Value;
 
 const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/bad_requests.jsonl");
@@ -228,9 +232,9 @@ fn probe(dir: &Path, n: usize) -> String {
     id
 }
 
-fn position_of_received(recs: &[Value], id: &str) -> usize {
+fn position_of_received(recs: &[Event], id: &str) -> usize {
     recs.iter()
-        .position(|r| r["kind"] == "request_received" && r["data"]["id"] == id)
+        .position(|e| matches!(e, Event::RequestReceived(r) if r.id.as_deref() == Some(id)))
         .unwrap_or_else(|| panic!("no request_received for {id}"))
 }
 
@@ -257,7 +261,7 @@ fn every_hostile_request_is_refused_with_its_exact_reason() {
         let marker = marker.to_str().unwrap().to_string();
         let mut reader = prepare_reply(&w, &case.setup, &r);
         let bytes = bytes_of(case, &ids, &r, &marker, &used);
-        let before = w.records().len();
+        let before = w.log().len();
         if bytes.len() > 4096 {
             send_all(&dir, &bytes);
         } else {
@@ -266,16 +270,20 @@ fn every_hostile_request_is_refused_with_its_exact_reason() {
         let good = probe(&dir, i + 1);
         probes.push(good.clone());
 
-        let recs = w.records();
+        let recs: Vec<Event> = w.log().recs.into_iter().map(|r| r.event).collect();
         let after = &recs[before..];
         let end = position_of_received(after, &good);
         let mine = &after[..end];
-        let got_kinds = kinds(mine);
+        let got_kinds: Vec<&str> = mine.iter().map(|e| e.kind()).collect();
+        // The expected reason as records spell it (a name no reason has
+        // matches nothing).
+        let expect: Option<RefusalReason> =
+            serde_json::from_value(Value::from(case.expect.as_str())).ok();
         let mut problems = Vec::new();
         if case.quiet {
-            let ok = got_kinds == ["requests_refused"]
-                && mine[0]["data"]["count"] == 1
-                && mine[0]["data"]["reasons"] == serde_json::json!({ case.expect.as_str(): 1 });
+            let ok = matches!(mine, [Event::RequestsRefused(b)]
+                if b.count == 1
+                    && expect.is_some_and(|want| b.reasons.len() == 1 && b.reasons.get(&want) == Some(&1)));
             if !ok {
                 problems.push(format!("records {:?}", mine));
             }
@@ -290,7 +298,7 @@ fn every_hostile_request_is_refused_with_its_exact_reason() {
             }
         } else {
             let ok = got_kinds == ["request_received", "request_refused"]
-                && mine[1]["data"]["reason"] == case.expect.as_str();
+                && matches!(&mine[1], Event::RequestRefused(r) if Some(r.reason) == expect);
             if !ok {
                 problems.push(format!("records {:?}", mine));
             }
@@ -315,7 +323,7 @@ fn every_hostile_request_is_refused_with_its_exact_reason() {
                 None => problems.push("an answered case needs setup fifo".into()),
             }
         }
-        if mine.iter().any(|r| r["kind"] == "job_spawned") || Path::new(&marker).exists() {
+        if mine.iter().any(|e| matches!(e, Event::JobSpawned(_))) || Path::new(&marker).exists() {
             problems.push("something was launched".into());
         }
         if !problems.is_empty() {
@@ -337,10 +345,9 @@ fn every_hostile_request_is_refused_with_its_exact_reason() {
     }
 
     // Nothing but the probes was ever launched.
-    let recs = w.records();
-    let spawned: Vec<String> = of_kind(&recs, "job_spawned")
+    let spawned: Vec<String> = all!(w.log(), Event::JobSpawned)
         .iter()
-        .map(|r| r["data"]["id"].as_str().unwrap().to_string())
+        .map(|j| j.id.clone())
         .collect();
     assert_eq!(spawned, probes, "only the probes were launched");
 
@@ -348,13 +355,13 @@ fn every_hostile_request_is_refused_with_its_exact_reason() {
     assert!(out.status.success(), "close: {out:?}");
     let status = w.wait(PATIENCE);
     assert!(status.success(), "the watchdog's exit: {status:?}");
-    let recs = w.records();
-    let rc = receipt(&recs);
-    assert_eq!(rc["outcome"], "closed", "{rc:#}");
-    assert_eq!(rc["quiescent"], true, "{rc:#}");
-    assert_eq!(rc["counts"]["jobs"], probes.len() as u64, "{rc:#}");
+    let log = w.log();
+    let rc = log.receipt();
+    assert_eq!(rc.outcome, Outcome::Closed, "{rc:#?}");
+    assert!(rc.quiescent, "{rc:#?}");
+    assert_eq!(rc.counts.jobs, probes.len() as u64, "{rc:#?}");
     // Every case is a refusal counted by the receipt (plus none other).
-    assert_eq!(rc["counts"]["refused"], cases.len() as u64, "{rc:#}");
+    assert_eq!(rc.counts.refused, cases.len() as u64, "{rc:#?}");
     sibling.assert_alive();
     assert!(
         failures.is_empty(),

@@ -8,54 +8,19 @@
 use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output};
 use std::time::Duration;
 
+use common::exec::Exec;
 use common::harness::*;
+use common::typed::{all, first, Log};
 use nix::sys::signal::Signal;
+use rea::kinds::watchdog::{Event, Status};
+use rea::protocol::RefusalReason;
 use serde_json::Value;
 
-struct Exec {
-    scratch: Scratch,
-    log: PathBuf,
-}
-
 impl Exec {
-    fn new() -> Exec {
-        let scratch = Scratch::new();
-        let log = scratch.path("audit.jsonl");
-        Exec { scratch, log }
-    }
-
-    /// `rea-watchdog exec --audit-log LOG ARGS -- ARGV`, TMPDIR in scratch.
-    fn command(&self, args: &[&str], argv: &[&str]) -> Command {
-        let mut c = Command::new(watchdog_bin());
-        c.arg("exec")
-            .arg("--audit-log")
-            .arg(&self.log)
-            .args(args)
-            .arg("--")
-            .args(argv)
-            .env("TMPDIR", self.scratch.dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        c
-    }
-
-    fn spawn(&self, args: &[&str], argv: &[&str]) -> Child {
-        self.command(args, argv).spawn().expect("spawn exec")
-    }
-
-    fn run(&self, args: &[&str], argv: &[&str]) -> Output {
-        output_within(self.spawn(args, argv), PATIENCE)
-    }
-
-    fn records(&self) -> Vec<Value> {
-        records(&self.log)
-    }
-
     /// The log is sealed and `verify` says `code`; returns the verdict.
     fn verify(&self, code: i32) -> Value {
         let (got, v) = verify_log(&self.log, &[]);
@@ -106,8 +71,8 @@ fn printed_head(out: &Output) -> String {
     heads[0].to_string()
 }
 
-fn exec_status(records: &[Value]) -> Value {
-    of_kind(records, "job_exited")[0]["data"]["status"].clone()
+fn exec_status(log: &Log) -> Status {
+    first!(log, Event::JobExited).status
 }
 
 #[test]
@@ -142,7 +107,7 @@ fn exec_exit_n_is_argvs_status_and_output_passes_through() {
     // A non-zero exit is ARGV's business: the action itself closed clean.
     let v = e.verify(0);
     assert_eq!(v["outcome"], "closed");
-    assert_eq!(exec_status(&e.records()), serde_json::json!({"code": 7}));
+    assert_eq!(exec_status(&e.typed()), Status::Code(7));
 }
 
 #[test]
@@ -155,7 +120,7 @@ fn exec_exit_128_plus_n_when_argv_is_killed_by_a_signal() {
     let out = e.run(&[], &[python(), "-c", script]);
     assert_eq!(code(&out), Some(128 + 15), "{out:?}");
     e.verify(0);
-    assert_eq!(exec_status(&e.records()), serde_json::json!({"signal": 15}));
+    assert_eq!(exec_status(&e.typed()), Status::Signal(15));
 }
 
 #[test]
@@ -248,11 +213,9 @@ fn exec_exit_130_on_sigint_is_a_clean_stop() {
     assert!(held.wait_all_exited(PATIENCE).is_empty());
     let v = e.verify(0);
     assert_eq!(v["stop_reason"], "signal");
-    let first = of_kind(&e.records(), "stop_triggered")[0]["data"].clone();
-    assert!(
-        first["detail"].as_str().unwrap().contains("SIGINT"),
-        "{first}"
-    );
+    let log = e.typed();
+    let first = first!(log, Event::StopTriggered);
+    assert!(first.detail.contains("SIGINT"), "{first:?}");
 }
 
 #[test]
@@ -356,11 +319,11 @@ fn exec_says_why_a_command_could_not_be_started() {
     );
     assert!(err.contains(&said), "{err}");
     assert!(!marker.exists(), "nothing was launched");
-    let records = e.records();
-    let failed = of_kind(&records, "job_failed");
-    assert_eq!(failed.len(), 1, "{records:#?}");
-    assert_eq!(failed[0]["data"]["reason"], "spawn_failed");
-    assert_eq!(failed[0]["data"]["errno"], libc::EAGAIN);
+    let log = e.typed();
+    let failed = all!(log, Event::JobFailed);
+    assert_eq!(failed.len(), 1, "{log:#?}");
+    assert_eq!(failed[0].reason, RefusalReason::SpawnFailed);
+    assert_eq!(failed[0].errno, libc::EAGAIN);
 }
 
 /// A bare command name is found on `PATH`, and the program still sees the
@@ -375,15 +338,13 @@ fn a_bare_command_keeps_its_typed_name_and_the_log_says_which_file_ran() {
     let out = e.run(&[], &["cat", "/proc/self/cmdline"]);
     assert_eq!(code(&out), Some(0), "{out:?}");
     assert_eq!(out.stdout, b"cat\0/proc/self/cmdline\0", "{out:?}");
-    let spawned = of_kind(&e.records(), "job_spawned")[0]["data"].clone();
-    assert_eq!(
-        spawned["argv"],
-        serde_json::json!(["cat", "/proc/self/cmdline"])
-    );
-    let program = spawned["program"].as_str().unwrap_or_default().to_string();
+    let log = e.typed();
+    let spawned = first!(log, Event::JobSpawned);
+    assert_eq!(spawned.argv, ["cat", "/proc/self/cmdline"]);
+    let program = spawned.program.clone().unwrap_or_default();
     assert!(
         program.starts_with('/') && program.ends_with("/cat"),
-        "{spawned}"
+        "{spawned:?}"
     );
     e.verify(0);
     let shown = Command::new(audit_bin())
@@ -403,8 +364,9 @@ fn a_bare_command_keeps_its_typed_name_and_the_log_says_which_file_ran() {
         out.stdout,
         format!("{program}\0/proc/self/cmdline\0").as_bytes()
     );
-    let spawned = of_kind(&e.records(), "job_spawned")[0]["data"].clone();
-    assert!(spawned.get("program").is_none(), "{spawned}");
+    let log = e.typed();
+    let spawned = first!(log, Event::JobSpawned);
+    assert!(spawned.program.is_none(), "{spawned:?}");
 }
 
 #[test]
@@ -421,10 +383,10 @@ fn exec_exit_126_when_argv_cannot_be_executed() {
         script.display()
     );
     assert!(stderr_of(&out).contains(&said), "{out:?}");
-    let records = e.records();
-    let failed = of_kind(&records, "job_failed");
-    assert_eq!(failed.len(), 1, "{records:#?}");
-    assert_eq!(failed[0]["data"]["reason"], "not_executable");
+    let log = e.typed();
+    let failed = all!(log, Event::JobFailed);
+    assert_eq!(failed.len(), 1, "{log:#?}");
+    assert_eq!(failed[0].reason, RefusalReason::NotExecutable);
     e.verify(0);
     // A directory cannot be executed either.
     let e2 = Exec::new();
@@ -450,9 +412,10 @@ fn exec_exit_127_when_argv_is_not_found() {
         status["job"],
         serde_json::json!({"failed": {"reason": "not_found"}})
     );
+    let log = e.typed();
     assert_eq!(
-        of_kind(&e.records(), "job_failed")[0]["data"]["reason"],
-        "not_found"
+        first!(log, Event::JobFailed).reason,
+        RefusalReason::NotFound
     );
     e.verify(0);
     let e2 = Exec::new();
@@ -479,15 +442,12 @@ fn exec_serves_nested_submits_from_argv() {
     assert_eq!(code(&out), Some(0), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("launcher-1 exited 0") && text.contains("launcher-2 exited 0"));
-    let records = e.records();
-    let names: Vec<Value> = of_kind(&records, "job_spawned")
+    let log = e.typed();
+    let names: Vec<Option<&str>> = all!(log, Event::JobSpawned)
         .iter()
-        .map(|r| r["data"]["name"].clone())
+        .map(|j| j.name.as_deref())
         .collect();
-    assert_eq!(
-        names,
-        [Value::Null, "launcher-1".into(), "launcher-2".into()]
-    );
+    assert_eq!(names, [None, Some("launcher-1"), Some("launcher-2")]);
     let v = e.verify(0);
     assert_eq!(v["outcome"], "closed");
 }
@@ -557,15 +517,12 @@ fn a_nested_spawn_that_fails_is_refused_to_its_caller_and_the_action_goes_on() {
     assert_eq!(code(&out), Some(0), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("submit=127"), "{text}");
-    let records = e.records();
-    let failed = of_kind(&records, "job_failed");
-    assert_eq!(failed.len(), 1, "{records:#?}");
-    assert_eq!(failed[0]["data"]["reason"], "not_found");
-    assert!(
-        of_kind(&records, "stop_triggered").is_empty(),
-        "{records:#?}"
-    );
-    assert_eq!(exec_status(&records), serde_json::json!({"code": 0}));
+    let log = e.typed();
+    let failed = all!(log, Event::JobFailed);
+    assert_eq!(failed.len(), 1, "{log:#?}");
+    assert_eq!(failed[0].reason, RefusalReason::NotFound);
+    assert!(all!(log, Event::StopTriggered).is_empty(), "{log:#?}");
+    assert_eq!(exec_status(&log), Status::Code(0));
     let v = e.verify(0);
     assert_eq!(v["outcome"], "closed");
 }

@@ -12,49 +12,18 @@ use crate::common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::process::{ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::exec::Exec;
 use common::harness::*;
+use common::typed::{all, Log};
 use nix::sys::signal::Signal;
+use rea::kinds::watchdog::{Event, Handover, RootSource, SignalReceived, StopReason};
 use serde_json::Value;
 
-/// One exec action's scratch, log and command line.
-struct Exec {
-    scratch: Scratch,
-    log: PathBuf,
-}
-
 impl Exec {
-    fn new() -> Exec {
-        let scratch = Scratch::new();
-        let log = scratch.path("audit.jsonl");
-        Exec { scratch, log }
-    }
-
-    /// `rea-watchdog exec --audit-log LOG ARGS -- ARGV` (TMPDIR in
-    /// scratch), stdout piped, stdin and stderr as the test sets them.
-    fn command(&self, args: &[&str], argv: &[&str]) -> Command {
-        let mut c = Command::new(watchdog_bin());
-        c.arg("exec")
-            .arg("--audit-log")
-            .arg(&self.log)
-            .args(args)
-            .arg("--")
-            .args(argv)
-            .env("TMPDIR", self.scratch.dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        c
-    }
-
-    fn records(&self) -> Vec<Value> {
-        records(&self.log)
-    }
-
-    fn verify(&self) -> (i32, Value) {
+    fn verdict(&self) -> (i32, Value) {
         verify_log(&self.log, &[])
     }
 }
@@ -72,12 +41,23 @@ fn read_until(out: &mut BufReader<ChildStdout>, want: &str) {
     }
 }
 
-fn signal_records(recs: &[Value], name: &str) -> Vec<Value> {
-    of_kind(recs, "signal_received")
+fn signal_records(log: &Log, name: &str) -> Vec<SignalReceived> {
+    all!(log, Event::SignalReceived)
         .into_iter()
-        .filter(|r| r["data"]["name"] == name)
-        .map(|r| r["data"].clone())
+        .filter(|r| r.name == name)
+        .cloned()
         .collect()
+}
+
+/// The handover of the first record (`run_started`).
+fn handover(log: &Log) -> Handover {
+    match log.at(0) {
+        Event::RunStarted(r) => r
+            .handover
+            .clone()
+            .unwrap_or_else(|| panic!("{}: no handover in {r:?}", log.path.display())),
+        e => panic!("{}: the first record is {e:?}", log.path.display()),
+    }
 }
 
 /// A job that says `usr1` and `winch` when it gets them and exits 3 when
@@ -109,14 +89,14 @@ fn usr1_and_winch_to_exec_reach_the_job_and_the_watchdog_lives() {
     drop(child.stdin.take()); // the job's stdin is ours: EOF ends it
     let status = wait_child(&mut child, PATIENCE);
     assert_eq!(status.code(), Some(3), "the job's status, passed on");
-    let recs = e.records();
+    let recs = e.typed();
     for name in ["SIGUSR1", "SIGWINCH"] {
         let got = signal_records(&recs, name);
         assert_eq!(got.len(), 1, "{name}: {got:?}");
-        assert_eq!(got[0]["forwarded"], true);
-        assert_eq!(got[0]["to"].as_array().unwrap().len(), 1, "{got:?}");
+        assert!(got[0].forwarded);
+        assert_eq!(got[0].to.len(), 1, "{got:?}");
     }
-    let (code, v) = e.verify();
+    let (code, v) = e.verdict();
     assert_eq!(code, 0, "{v:#}");
 }
 
@@ -146,11 +126,10 @@ fn a_usr2_to_exec_never_leaves_a_grandchild_behind() {
     assert!(alive.is_empty(), "alive: {}", alive.len());
     let status = wait_child(&mut child, PATIENCE);
     assert_eq!(status.code(), Some(124), "orphans were stopped");
-    let recs = e.records();
-    let usr2 = signal_records(&recs, "SIGUSR2");
+    let usr2 = signal_records(&e.typed(), "SIGUSR2");
     assert_eq!(usr2.len(), 1, "{usr2:?}");
-    assert_eq!(usr2[0]["forwarded"], true);
-    let (code, v) = e.verify();
+    assert!(usr2[0].forwarded);
+    let (code, v) = e.verdict();
     assert_eq!(code, 0, "{v:#}");
 }
 
@@ -168,13 +147,10 @@ fn alrm_to_exec_is_the_deadline_now() {
     signal_child(&child, Signal::SIGALRM);
     let status = wait_child(&mut child, PATIENCE);
     assert_eq!(status.code(), Some(124));
-    let recs = e.records();
-    let t = of_kind(&recs, "stop_triggered");
-    assert_eq!(t[0]["data"]["reason"], "deadline", "{t:?}");
-    assert!(
-        t[0]["data"]["detail"].as_str().unwrap().contains("SIGALRM"),
-        "{t:?}"
-    );
+    let recs = e.typed();
+    let t = all!(recs, Event::StopTriggered);
+    assert_eq!(t[0].reason, StopReason::Deadline, "{t:?}");
+    assert!(t[0].detail.contains("SIGALRM"), "{t:?}");
 }
 
 /// A parent that ignores SIGCHLD (inherited across exec) must not make
@@ -193,7 +169,7 @@ fn a_parent_ignoring_sigchld_does_not_hang_exec() {
     }
     let out = output_within(c.spawn().unwrap(), Duration::from_secs(30));
     assert_eq!(out.status.code(), Some(7), "{out:?}");
-    let (code, v) = e.verify();
+    let (code, v) = e.verdict();
     assert_eq!(code, 0, "{v:#}");
 }
 
@@ -237,9 +213,8 @@ fn the_callers_environment_reaches_the_job_unless_minimal() {
         let out = output_within(c.env("REA_TEST_FOO", "bar").spawn().unwrap(), PATIENCE);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
         assert_eq!(String::from_utf8_lossy(&out.stdout), want, "{args:?}");
-        let recs = e.records();
-        let h = &recs[0]["data"]["handover"];
-        assert_eq!(h["env_inherited"], args.is_empty(), "{h}");
+        let h = handover(&e.typed());
+        assert_eq!(h.env_inherited, args.is_empty(), "{h:?}");
     }
 }
 
@@ -304,12 +279,8 @@ fn a_caller_ignoring_sigpipe_gets_broken_pipe_from_the_job() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("Broken pipe"), "{err}");
-    let recs = e.records();
-    let kept = recs[0]["data"]["handover"]["kept_ignored"].clone();
-    assert!(
-        kept.as_array().unwrap().contains(&libc::SIGPIPE.into()),
-        "{kept}"
-    );
+    let kept = handover(&e.typed()).kept_ignored;
+    assert!(kept.contains(&libc::SIGPIPE), "{kept:?}");
 }
 
 /// Under `script` (a pty), the job's stdin and stdout are the terminal.
@@ -360,15 +331,15 @@ fn a_signal_flood_is_one_record_a_second() {
     drop(child.stdin.take());
     let status = wait_child(&mut child, PATIENCE);
     assert_eq!(status.code(), Some(0));
-    let usr1 = signal_records(&e.records(), "SIGUSR1");
-    let count: u64 = usr1.iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    let usr1 = signal_records(&e.typed(), "SIGUSR1");
+    let count: u64 = usr1.iter().map(|r| r.count).sum();
     assert!((1..=5000).contains(&count), "{count}");
     assert!(
         usr1.len() as u64 <= secs + 3,
         "{} records in {secs}s",
         usr1.len()
     );
-    let (code, v) = e.verify();
+    let (code, v) = e.verdict();
     assert_eq!(code, 0, "{v:#}");
 }
 
@@ -384,10 +355,10 @@ fn run_records_and_ignores_other_signals() {
     let closed = w.close();
     assert_eq!(closed.status.code(), Some(0), "{closed:?}");
     w.wait(PATIENCE);
-    let usr1 = signal_records(&w.records(), "SIGUSR1");
+    let usr1 = signal_records(&w.log(), "SIGUSR1");
     assert_eq!(usr1.len(), 1, "{usr1:?}");
-    assert_eq!(usr1[0]["forwarded"], false);
-    assert_eq!(usr1[0]["to"], serde_json::json!([]));
+    assert!(!usr1[0].forwarded);
+    assert!(usr1[0].to.is_empty(), "{usr1:?}");
 }
 
 /// `sleep & exec rea-watchdog exec -- job` (a sidecar): the sleep is the
@@ -429,16 +400,16 @@ fn a_child_present_before_exec_is_inherited_and_never_touched() {
         !held.get("sidecar").has_exited(),
         "the inherited sleep was ended"
     );
-    let recs = e.records();
-    let h = &recs[0]["data"]["handover"];
-    assert_eq!(h["inherited_total"], 1, "{h}");
-    assert_eq!(h["inherited"][0]["pid"], pid, "{h}");
+    let recs = e.typed();
+    let h = handover(&recs);
+    assert_eq!(h.inherited_total, 1, "{h:?}");
+    assert_eq!(h.inherited.first().map(|p| p.pid), Some(pid), "{h:?}");
     assert!(
-        of_kind(&recs, "signal_sweep").is_empty() && of_kind(&recs, "stop_triggered").is_empty(),
+        all!(recs, Event::SignalSweep).is_empty() && all!(recs, Event::StopTriggered).is_empty(),
         "{:?}",
-        kinds(&recs)
+        recs.kinds()
     );
-    let (code, v) = e.verify();
+    let (code, v) = e.verdict();
     assert_eq!(code, 0, "{v:#}");
     // `held` SIGKILLs the sleep through its pidfd when dropped.
 }
@@ -463,16 +434,19 @@ fn as_pid_1_exec_passes_the_status_on_and_reaps_orphans() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(3), "{out:?}");
-    let recs = e.records();
-    let root = &recs[1]["data"];
-    assert_eq!(root["source"], "init", "{root}");
-    assert_eq!(root["root"], Value::Null, "{root}");
-    let reaped: usize = of_kind(&recs, "reaped")
+    let recs = e.typed();
+    let root = match recs.at(1) {
+        Event::RootBound(r) => r,
+        e => panic!("the second record is not root_bound: {e:?}"),
+    };
+    assert_eq!(root.source, RootSource::Init, "{root:?}");
+    assert_eq!(root.root, None, "{root:?}");
+    let reaped: usize = all!(recs, Event::Reaped)
         .iter()
-        .map(|r| r["data"]["processes"].as_array().unwrap().len())
+        .map(|r| r.processes.len())
         .sum();
     assert!(reaped >= 100, "{reaped} orphans reaped");
-    let (code, v) = e.verify();
+    let (code, v) = e.verdict();
     assert_eq!(code, 0, "{v:#}");
 }
 
@@ -515,7 +489,7 @@ fn as_pid_1_usr1_is_forwarded_and_term_stops() {
     wd.signal(Signal::SIGTERM).unwrap();
     let status = wait_child(&mut child, PATIENCE);
     assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
-    let (code, v) = e.verify();
+    let (code, v) = e.verdict();
     assert_eq!(code, 0, "{v:#}");
 }
 
@@ -547,7 +521,7 @@ fn signals_32_33_spare_the_watchdog_and_real_time_ones_are_forwarded() {
     drop(child.stdin.take());
     let status = wait_child(&mut child, PATIENCE);
     assert_eq!(status.code(), Some(9), "{status:?}");
-    let rt = signal_records(&e.records(), &format!("SIG{}", libc::SIGRTMIN() + 2));
+    let rt = signal_records(&e.typed(), &format!("SIG{}", libc::SIGRTMIN() + 2));
     assert_eq!(rt.len(), 1, "{rt:?}");
-    assert_eq!(rt[0]["forwarded"], true);
+    assert!(rt[0].forwarded);
 }

@@ -29,26 +29,34 @@ use std::time::{Duration, Instant};
 use common::harness::*;
 use common::raw::*;
 use common::stop::*;
+use common::typed::{all, first, wait_for_log, Log, Rec};
 use nix::sys::signal::Signal;
-use rea::kinds::watchdog::Ident;
+use rea::kinds::watchdog::{Event, Ident, Outcome, StopReason, StopTriggered};
 use rea::process::identity::read_stat;
+use rea::protocol::RefusalReason;
 use serde_json::Value;
 
 const MS: u64 = 1_000_000;
 
-fn mono(r: &Value) -> u64 {
-    r["mono_ns"].as_u64().expect("mono_ns")
+/// The first record `pred` holds for (its time and its event).
+fn first_of<'a>(log: &'a Log, what: &str, pred: impl Fn(&Event) -> bool) -> &'a Rec<Event> {
+    &log.recs[log.position(what, pred)]
 }
 
-fn first_of<'a>(recs: &'a [Value], kind: &str, pred: impl Fn(&Value) -> bool) -> &'a Value {
-    recs.iter()
-        .find(|r| r["kind"] == kind && pred(r))
-        .unwrap_or_else(|| panic!("no {kind} record matching: {:?}", kinds(recs)))
-}
-
-/// The first `stop_triggered` record.
-fn first_trigger(recs: &[Value]) -> &Value {
-    first_of(recs, "stop_triggered", |r| r["data"]["first"] == true)
+/// The first `stop_triggered` record that started the stop, and its time.
+fn first_trigger(log: &Log) -> (u64, &StopTriggered) {
+    match first_of(
+        log,
+        "first stop_triggered",
+        |e| matches!(e, Event::StopTriggered(t) if t.first),
+    ) {
+        Rec {
+            mono_ns,
+            event: Event::StopTriggered(t),
+            ..
+        } => (*mono_ns, t),
+        r => unreachable!("{r:?}"),
+    }
 }
 
 /// A raw exchange whose request is written with a blocking write (the FIFO
@@ -95,8 +103,8 @@ fn a_fifo_flood_delays_nothing() {
     let held = Held::bind_all(&members);
 
     // The flood is on once its refusals are being recorded.
-    wait_for_records(&w.audit_log, "a requests_refused burst", |r| {
-        !of_kind(r, "requests_refused").is_empty()
+    wait_for_log(&w.audit_log, "a requests_refused burst", |log| {
+        !all!(log, Event::RequestsRefused).is_empty()
     });
     // A well-formed request from the root during the flood is served.
     let t = Instant::now();
@@ -114,11 +122,15 @@ fn a_fifo_flood_delays_nothing() {
     let out = w.close();
     assert!(out.status.success(), "close: {out:?}");
     w.wait(PATIENCE);
-    let recs = w.records();
-    let spawned = first_of(&recs, "job_spawned", |r| r["data"]["id"] == "flood");
-    let trig = first_trigger(&recs);
-    assert_eq!(trig["data"]["reason"], "deadline", "{trig}");
-    let late = (mono(trig) - mono(spawned)) as i64 - 3000 * MS as i64;
+    let log = w.log();
+    let spawned = first_of(
+        &log,
+        "job_spawned of flood",
+        |e| matches!(e, Event::JobSpawned(j) if j.id == "flood"),
+    );
+    let (trig_ns, trig) = first_trigger(&log);
+    assert_eq!(trig.reason, StopReason::Deadline, "{trig:?}");
+    let late = (trig_ns - spawned.mono_ns) as i64 - 3000 * MS as i64;
     eprintln!(
         "flood: deadline acted {} ms after its instant; probe round trip {round_trip:?}",
         late / MS as i64
@@ -134,11 +146,8 @@ fn a_fifo_flood_delays_nothing() {
         late / MS as i64
     );
     let log_len = std::fs::metadata(&w.audit_log).unwrap().len();
-    let bursts = of_kind(&recs, "requests_refused");
-    let refused: u64 = bursts
-        .iter()
-        .map(|r| r["data"]["count"].as_u64().unwrap())
-        .sum();
+    let bursts = all!(log, Event::RequestsRefused);
+    let refused: u64 = bursts.iter().map(|r| r.count).sum();
     eprintln!(
         "flood: {refused} texts refused in {} records; log {log_len} bytes",
         bursts.len()
@@ -148,7 +157,7 @@ fn a_fifo_flood_delays_nothing() {
     // One record per burst: at most about one a second (plus the flushes
     // before the probe's and the stop's records).
     assert!(bursts.len() <= 10, "{} burst records", bursts.len());
-    assert_eq!(receipt(&recs)["quiescent"], true);
+    assert!(log.receipt().quiescent);
     sibling.assert_alive();
 }
 
@@ -211,17 +220,17 @@ fn b_emfile_stop_is_complete() {
     assert!(left.is_empty(), "{} children left: {left:?}", left.len());
     let _ = output_within(submit, PATIENCE);
     w.wait(PATIENCE);
-    let recs = w.records();
+    let log = w.log();
     assert!(
-        of_kind(&recs, "request_refused").is_empty(),
+        all!(log, Event::RequestRefused).is_empty(),
         "nothing of the root's was refused: {:?}",
-        of_kind(&recs, "request_refused")
+        all!(log, Event::RequestRefused)
     );
-    let done = assert_one_stop(&recs, "close_while_running");
-    assert_eq!(done["left"], 0, "{done}");
-    let rc = receipt(&recs);
-    assert_eq!(rc["quiescent"], true, "{rc:#}");
-    assert_eq!(rc["uncertain_mappings"], 0, "{rc:#}");
+    let done = assert_one_stop(&log, StopReason::CloseWhileRunning);
+    assert_eq!(done.left, 0, "{done:?}");
+    let rc = log.receipt();
+    assert!(rc.quiescent, "{rc:#?}");
+    assert_eq!(rc.uncertain_mappings, 0, "{rc:#?}");
     sibling.assert_alive();
 }
 
@@ -237,21 +246,29 @@ fn c_a_fragment_never_swallows_the_next_request() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "after the fragment\n");
     assert!(took < Duration::from_secs(5), "the reply took {took:?}");
-    let recs = w.records();
-    let bursts = of_kind(&recs, "requests_refused");
+    let log = w.log();
+    let bursts = all!(log, Event::RequestsRefused);
     assert_eq!(bursts.len(), 1, "{bursts:?}");
-    let b = &bursts[0]["data"];
-    assert_eq!(b["count"], 1, "{b}");
-    assert_eq!(b["reasons"], serde_json::json!({"truncated": 1}), "{b}");
-    assert_eq!(b["bytes"], 8, "{b}");
-    assert_eq!(b["first"][0]["reason"], "truncated", "{b}");
+    let b = bursts[0];
+    assert_eq!(b.count, 1, "{b:?}");
+    assert_eq!(
+        b.reasons,
+        [(RefusalReason::Truncated, 1)].into_iter().collect(),
+        "{b:?}"
+    );
+    assert_eq!(b.bytes, 8, "{b:?}");
+    assert_eq!(
+        b.first.first().map(|r| r.reason),
+        Some(RefusalReason::Truncated),
+        "{b:?}"
+    );
     // The burst is recorded before the next request's record.
-    let ks = kinds(&recs);
-    let at = ks.iter().position(|k| k == "requests_refused").unwrap();
+    let ks = log.kinds();
+    let at = ks.iter().position(|k| *k == "requests_refused").unwrap();
     assert_eq!(ks[at + 1], "request_received", "{ks:?}");
     assert!(w.close().status.success());
     w.wait(PATIENCE);
-    assert_eq!(receipt(&w.records())["outcome"], "closed");
+    assert_eq!(w.log().receipt().outcome, Outcome::Closed);
 }
 
 /// docs/requests.md: an array is never taken for the `caller` object.
@@ -271,10 +288,10 @@ fn d_caller_as_array_is_refused() {
     assert_eq!(all[0]["reason"], "bad_caller", "{all:?}");
     assert!(w.close().status.success());
     w.wait(PATIENCE);
-    let recs = w.records();
-    assert!(of_kind(&recs, "job_spawned").is_empty(), "launched");
+    let log = w.log();
+    assert!(all!(log, Event::JobSpawned).is_empty(), "launched");
     assert!(!marker.exists(), "the argv ran");
-    assert_eq!(receipt(&recs)["outcome"], "closed");
+    assert_eq!(log.receipt().outcome, Outcome::Closed);
 }
 
 /// A small tree (escapee, TERM-ignorer, a 20-deep chain) as job `install`.
@@ -311,13 +328,13 @@ fn e_sighup_is_a_hangup_stop() {
     assert!(held.wait_all_exited(PATIENCE).is_empty());
     let sub = output_within(submit, PATIENCE);
     assert_eq!(sub.status.code(), Some(124), "{sub:?}");
-    let recs = w.records();
-    let done = assert_one_stop(&recs, "hangup");
-    assert_eq!(done["left"], 0, "{done}");
-    let rc = receipt(&recs);
-    assert_eq!(rc["outcome"], "stopped", "{rc:#}");
-    assert_eq!(rc["stop_reason"], "hangup", "{rc:#}");
-    assert_eq!(rc["quiescent"], true, "{rc:#}");
+    let log = w.log();
+    let done = assert_one_stop(&log, StopReason::Hangup);
+    assert_eq!(done.left, 0, "{done:?}");
+    let rc = log.receipt();
+    assert_eq!(rc.outcome, Outcome::Stopped, "{rc:#?}");
+    assert_eq!(rc.stop_reason, Some(StopReason::Hangup), "{rc:#?}");
+    assert!(rc.quiescent, "{rc:#?}");
     let sealed = w.sealed.clone().expect("a sealed line");
     assert_eq!(sealed["event"], "sealed", "{sealed}");
     assert!(w.head().is_some());
@@ -354,9 +371,13 @@ fn f_a_group_leader_detaches() {
     assert_ne!(st.sid, my_sid);
     assert_eq!(read_stat(shim).unwrap().sid, my_sid, "the shim stayed");
     // The root is still this test (bound before the fork).
-    let recs = w.records();
-    let root = first_of(&recs, "root_bound", |_| true);
-    assert_eq!(root["data"]["root"]["pid"], std::process::id());
+    let log = w.log();
+    let root = first!(log, Event::RootBound);
+    assert_eq!(
+        root.root.map(|r| r.pid),
+        Some(std::process::id() as i32),
+        "{root:?}"
+    );
 
     let out = w.submit(&["--capture"], &["/bin/echo", "detached"]);
     assert!(out.status.success(), "{out:?}");
@@ -374,11 +395,11 @@ fn f_a_group_leader_detaches() {
     let shim_status = w.wait(PATIENCE);
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(shim_status.signal(), Some(libc::SIGHUP), "{shim_status:?}");
-    let recs = w.records();
-    let rc = receipt(&recs);
-    assert_eq!(rc["outcome"], "closed", "{rc:#}");
-    assert_eq!(rc["quiescent"], true, "{rc:#}");
-    assert!(triggers(&recs).is_empty(), "{:?}", triggers(&recs));
+    let log = w.log();
+    let rc = log.receipt();
+    assert_eq!(rc.outcome, Outcome::Closed, "{rc:#?}");
+    assert!(rc.quiescent, "{rc:#?}");
+    assert!(triggers(&log).is_empty(), "{:?}", triggers(&log));
 }
 
 /// The watchdog SIGSTOPped for 2 s mid-action: a `close --wait 1s` fails
@@ -446,10 +467,10 @@ fn g_sigstopped_watchdog() {
     assert_eq!(stopped["type"], "stopped", "{stopped}");
     assert_eq!(stopped["reason"], "deadline", "{stopped}");
     assert!(held.wait_all_exited(PATIENCE).is_empty());
-    let recs = w.records();
-    let trig = first_trigger(&recs);
-    assert_eq!(trig["data"]["reason"], "deadline", "{trig}");
-    let after = mono(trig) as i64 - cont as i64;
+    let log = w.log();
+    let (trig_ns, trig) = first_trigger(&log);
+    assert_eq!(trig.reason, StopReason::Deadline, "{trig:?}");
+    let after = trig_ns as i64 - cont as i64;
     eprintln!("deadline acted {} ms after SIGCONT", after / MS as i64);
     assert!(
         (-(50 * MS as i64)..(500 * MS) as i64).contains(&after),
@@ -459,9 +480,10 @@ fn g_sigstopped_watchdog() {
     let out = client_wait(&w, "close");
     assert!(out.status.success(), "close after SIGCONT: {out:?}");
     w.wait(PATIENCE);
-    let rc = receipt(&w.records());
-    assert_eq!(rc["stop_reason"], "deadline", "{rc:#}");
-    assert_eq!(rc["quiescent"], true, "{rc:#}");
+    let log = w.log();
+    let rc = log.receipt();
+    assert_eq!(rc.stop_reason, Some(StopReason::Deadline), "{rc:#?}");
+    assert!(rc.quiescent, "{rc:#?}");
 }
 
 /// docs/architecture.md: a root that is already gone (dead and reaped) is a refusal
@@ -525,15 +547,15 @@ fn i_phase_deadline_with_nested_launcher() {
         "60",
     ];
     let phase = w.submit_bg(&["--name", "rehearsal", "--deadline", "5s"], &argv);
-    let recs = wait_for_records(&w.audit_log, "the nested launcher", |r| {
-        of_kind(r, "job_spawned").len() >= 2 || !of_kind(r, "stop_triggered").is_empty()
+    let early = wait_for_log(&w.audit_log, "the nested launcher", |log| {
+        all!(log, Event::JobSpawned).len() >= 2 || !all!(log, Event::StopTriggered).is_empty()
     });
-    let spawned = of_kind(&recs, "job_spawned");
+    let spawned = all!(early, Event::JobSpawned);
     assert_eq!(
         spawned.len(),
         2,
         "the launcher was not running before the phase's deadline: {:?}",
-        kinds(&recs)
+        early.kinds()
     );
     let mut held = Held::default();
     held.add("phase", job_ident(spawned[0]));
@@ -549,15 +571,15 @@ fn i_phase_deadline_with_nested_launcher() {
     let out = client_wait(&w, "close");
     assert!(out.status.success(), "{out:?}");
     w.wait(PATIENCE);
-    let recs = w.records();
-    let trig = first_trigger(&recs);
-    assert_eq!(trig["data"]["reason"], "deadline", "{trig}");
-    assert_eq!(trig["data"]["job"], spawned[0]["data"]["job"], "{trig}");
-    let done = assert_one_stop(&recs, "deadline");
-    assert_eq!(done["left"], 0, "{done}");
-    let rc = receipt(&recs);
-    assert_eq!(rc["quiescent"], true, "{rc:#}");
-    assert_eq!(rc["counts"]["jobs"], 2, "{rc:#}");
+    let log = w.log();
+    let (_, trig) = first_trigger(&log);
+    assert_eq!(trig.reason, StopReason::Deadline, "{trig:?}");
+    assert_eq!(trig.job, Some(spawned[0].job), "{trig:?}");
+    let done = assert_one_stop(&log, StopReason::Deadline);
+    assert_eq!(done.left, 0, "{done:?}");
+    let rc = log.receipt();
+    assert!(rc.quiescent, "{rc:#?}");
+    assert_eq!(rc.counts.jobs, 2, "{rc:#?}");
     sibling.assert_alive();
 }
 
@@ -631,12 +653,9 @@ fn j_minimal_job_environment() {
     );
     assert!(w.close().status.success());
     w.wait(PATIENCE);
-    let recs = w.records();
-    let started = first_of(&recs, "run_started", |_| true);
-    assert_eq!(
-        started["data"]["pass_env"],
-        serde_json::json!(["REA_TEST_PASSED"])
-    );
+    let log = w.log();
+    let started = first!(log, Event::RunStarted);
+    assert_eq!(started.pass_env, ["REA_TEST_PASSED"], "{started:?}");
 }
 
 /// docs/cli.md: TERM grace 0.5 s and kill bound 3 s (recorded by the real
@@ -645,11 +664,11 @@ fn j_minimal_job_environment() {
 #[test]
 fn k_default_bounds() {
     let mut w = Watchdog::start(&[]);
-    let recs = w.records();
-    let b = &first_of(&recs, "run_started", |_| true)["data"]["bounds"];
-    assert_eq!(b["term_grace_ms"], 500, "{b}");
-    assert_eq!(b["kill_bound_ms"], 3000, "{b}");
-    assert_eq!(b["output_cap"], 65536, "{b}");
+    let log = w.log();
+    let b = &first!(log, Event::RunStarted).bounds;
+    assert_eq!(b.term_grace_ms, 500, "{b:?}");
+    assert_eq!(b.kill_bound_ms, 3000, "{b:?}");
+    assert_eq!(b.output_cap, Some(65536), "{b:?}");
     assert!(w.close().status.success());
     w.wait(PATIENCE);
     for sub in ["close", "stop"] {
@@ -690,9 +709,9 @@ fn requests_refused_and_hangup_logs_match_the_schema() {
     send(&w.state_dir, b"\n");
     w.signal(Signal::SIGHUP);
     w.wait(PATIENCE);
-    let recs = w.records();
-    assert_eq!(of_kind(&recs, "requests_refused").len(), 1, "{recs:?}");
-    assert_eq!(receipt(&recs)["stop_reason"], "hangup");
+    let log = w.log();
+    assert_eq!(all!(log, Event::RequestsRefused).len(), 1, "{log:?}");
+    assert_eq!(log.receipt().stop_reason, Some(StopReason::Hangup));
     common::schema::assert_log_matches_schema(&w.audit_log);
 }
 
@@ -738,16 +757,13 @@ fn l_thousands_of_zombies_reaped_at_once_are_recorded() {
     let (scratch, out) = exec_fixture("zombies.py", N);
     let log = scratch.path("audit.jsonl");
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let recs = records(&log);
-    let reaped = of_kind(&recs, "reaped");
-    let total: usize = reaped
-        .iter()
-        .map(|r| r["data"]["processes"].as_array().unwrap().len())
-        .sum();
+    let recs = Log::read(&log);
+    let reaped = all!(recs, Event::Reaped);
+    let total: usize = reaped.iter().map(|r| r.processes.len()).sum();
     assert_eq!(total, N, "every zombie recorded once");
     assert!(reaped.len() >= 2, "{} reaped records", reaped.len());
     for r in &reaped {
-        assert!(r["data"]["processes"].as_array().unwrap().len() <= 4096);
+        assert!(r.processes.len() <= 4096);
     }
     assert_lines_under_the_cap(&log);
     let (code, v) = verify_log(&log, &[]);
@@ -765,40 +781,44 @@ fn l_thousands_left_behind_are_counted_not_all_named_by_the_trigger() {
     const N: usize = 8_000;
     let (scratch, out) = exec_fixture("crowd.py", N);
     let log = scratch.path("audit.jsonl");
-    let recs = records(&log);
+    let recs = Log::read(&log);
     let ends: Vec<String> = recs
         .iter()
-        .filter(|r| !matches!(r["kind"].as_str(), Some("signal_sweep" | "reaped")))
-        .map(|r| {
-            format!("{} {}", r["kind"], r["data"])
-                .chars()
-                .take(300)
-                .collect()
-        })
+        .filter(|e| !matches!(e, Event::SignalSweep(_) | Event::Reaped(_)))
+        .map(|e| format!("{e:?}").chars().take(300).collect())
         .collect();
     assert_eq!(out.status.code(), Some(124), "{out:?}\n{}", ends.join("\n"));
-    let triggers = of_kind(&recs, "stop_triggered");
-    let reasons: Vec<&Value> = triggers.iter().map(|t| &t["data"]["reason"]).collect();
-    assert_eq!(reasons, ["abandoned"], "one trigger, not an audit failure");
-    let named = triggers[0]["data"]["processes"].as_array().unwrap().len();
+    let triggers = all!(recs, Event::StopTriggered);
+    let reasons: Vec<StopReason> = triggers.iter().map(|t| t.reason).collect();
+    assert_eq!(
+        reasons,
+        [StopReason::Abandoned],
+        "one trigger, not an audit failure"
+    );
+    let named = triggers[0].processes.len();
     assert_eq!(named, 4096);
-    assert_eq!(triggers[0]["data"]["more_processes"], (N - 4096) as u64);
+    assert_eq!(triggers[0].more_processes, Some((N - 4096) as u64));
     let crowd = "\u{1}".repeat(15);
     // Every one is reaped here (orphans of crowd.py), and each was
     // signalled by a sweep or, when the TERM sweep of 8 000 outlasted the
     // grace on a loaded machine, killed by the group's `cgroup.kill`.
-    let pids = |kind: &str, list: &str, named: bool| -> HashSet<u64> {
-        of_kind(&recs, kind)
-            .iter()
-            .flat_map(|r| r["data"][list].as_array().unwrap().iter())
-            .filter(|p| !named || p["comm"] == crowd.as_str())
-            .map(|p| p.get("pid").unwrap_or(p).as_u64().unwrap())
-            .collect()
-    };
-    let reaped = pids("reaped", "processes", true);
+    let reaped: HashSet<i32> = all!(recs, Event::Reaped)
+        .iter()
+        .flat_map(|r| r.processes.iter())
+        .filter(|p| p.comm.as_deref() == Some(crowd.as_str()))
+        .map(|p| p.pid)
+        .collect();
     assert_eq!(reaped.len(), N, "every one left behind was reaped");
-    let signalled = pids("signal_sweep", "targets", true);
-    let group_killed = pids("group_kill", "members", false);
+    let signalled: HashSet<i32> = all!(recs, Event::SignalSweep)
+        .iter()
+        .flat_map(|s| s.targets.iter())
+        .filter(|p| p.comm == crowd)
+        .map(|p| p.pid)
+        .collect();
+    let group_killed: HashSet<i32> = all!(recs, Event::GroupKill)
+        .iter()
+        .flat_map(|k| k.members.iter().copied())
+        .collect();
     let missed = reaped
         .iter()
         .filter(|p| !signalled.contains(p) && !group_killed.contains(p))

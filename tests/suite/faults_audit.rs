@@ -19,7 +19,8 @@ use common::harness::output_within;
 use common::logs::{
     build, rea_audit, rechain, replace_once, verify, with_seq, write_lines, BuiltLog, LogOpts,
 };
-use rea::kinds::watchdog::StopReason;
+use common::typed::{first, Log};
+use rea::kinds::watchdog::{Event, StopReason};
 use serde_json::Value;
 
 type Lines = Vec<Vec<u8>>;
@@ -470,13 +471,11 @@ fn sockets_and_fifos_in_the_stage_are_named() {
         staging: Some(st.clone()),
         ..LogOpts::closed("sockets")
     });
-    let lines = log.lines();
-    let rec: Value =
-        serde_json::from_slice(&lines[log.line_of("staging_inventoried", 0) - 1]).unwrap();
-    let special = rec["data"]["special"].as_array().expect("special entries");
+    let honest = Log::read(&log.path);
+    let special = &first!(honest, Event::StagingInventoried).special;
     let named: Vec<(&str, &str)> = special
         .iter()
-        .map(|e| (e["path"].as_str().unwrap(), e["kind"].as_str().unwrap()))
+        .map(|e| (e.path.as_str(), e.kind.as_str()))
         .collect();
     assert_eq!(
         named,

@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 
 use common::harness::*;
 use common::stop::*;
+use common::typed::{all, events, first, Log};
+use rea::kinds::watchdog::{Event, ForeignMember};
 use serde_json::Value;
 
 /// The group `/proc/PID/cgroup` names for pid, relative to the mount.
@@ -86,25 +88,25 @@ fn wait_drafted(pid: i32, rel: &str) {
 
 /// The `foreign_member` records, and a check that none of the log's
 /// signals or kills could have reached `pid`.
-fn assert_never_touched(recs: &[Value], pid: i32) -> Vec<Value> {
-    for s in of_kind(recs, "signal_sweep") {
-        for t in s["data"]["targets"].as_array().unwrap() {
-            assert_ne!(t["pid"], pid, "the stranger was signalled: {s}");
+fn assert_never_touched(log: &Log, pid: i32) -> Vec<ForeignMember> {
+    for s in all!(log, Event::SignalSweep) {
+        for t in &s.targets {
+            assert_ne!(t.pid, pid, "the stranger was signalled: {s:?}");
         }
     }
-    let kills = of_kind(recs, "group_kill");
+    let kills = all!(log, Event::GroupKill);
     assert!(
         kills.is_empty(),
         "cgroup.kill with a stranger in the group: {kills:?}"
     );
-    let foreign: Vec<Value> = of_kind(recs, "foreign_member")
+    let foreign: Vec<ForeignMember> = all!(log, Event::ForeignMember)
         .into_iter()
         .cloned()
         .collect();
     assert!(
-        foreign.iter().any(|f| f["data"]["process"]["pid"] == pid),
+        foreign.iter().any(|f| f.process.pid == pid),
         "no foreign_member names pid {pid}: {:?}",
-        kinds(recs)
+        log.kinds()
     );
     foreign
 }
@@ -135,12 +137,14 @@ fn need_cgroup() -> bool {
 fn drafted_then_stopped(grace: &str) {
     let sibling = Sibling::start();
     let mut w = Watchdog::start(&["--contain", "cgroup", "--term-grace", grace]);
-    let recs = w.records();
-    let _guard = GroupGuard::of(&recs).expect("a group was recorded");
-    let group = of_kind(&recs, "containment")[0]["data"]["group"]["path"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let _guard = GroupGuard::of(&w.audit_log).expect("a group was recorded");
+    let log = w.log();
+    let group = first!(log, Event::Containment)
+        .group
+        .as_ref()
+        .expect("a group was recorded")
+        .path
+        .clone();
     let job = w.submit_bg(
         &["--name", "drafter", "--deadline", "200s"],
         &strs(&drafting_job(sibling.pid())),
@@ -148,11 +152,9 @@ fn drafted_then_stopped(grace: &str) {
     // The leader is the job's only process; wait for it, then for the draft.
     let until = Instant::now() + PATIENCE;
     let leader = loop {
-        let spawned = of_kind(&w.records(), "job_spawned")
-            .first()
-            .map(|j| j["data"]["pid"].as_i64().unwrap());
+        let spawned = all!(w.log(), Event::JobSpawned).first().map(|j| j.pid);
         if let Some(p) = spawned {
-            break p as i32;
+            break p;
         }
         assert!(Instant::now() < until, "the job never spawned");
         std::thread::sleep(Duration::from_millis(5));
@@ -168,8 +170,7 @@ fn drafted_then_stopped(grace: &str) {
     assert!(w.wait(PATIENCE).code().is_some(), "the watchdog exited");
     let _ = output_within(job, PATIENCE);
     sibling.assert_alive();
-    let recs = w.records();
-    assert_never_touched(&recs, sibling.pid());
+    assert_never_touched(&w.log(), sibling.pid());
     assert!(!stop.status.success(), "stop says not quiescent: {stop:?}");
     assert_eq!(
         close.status.code(),
@@ -235,16 +236,14 @@ fn exec_leaves_a_drafted_stranger_alive_and_retains() {
     let until = Instant::now() + PATIENCE;
     let (group, leader) = loop {
         let recs = if log.exists() {
-            records(&log)
+            events(&log)
         } else {
             Vec::new()
         };
-        let g = of_kind(&recs, "containment")
+        let g = all!(recs, Event::Containment)
             .first()
-            .map(|c| c["data"]["group"]["path"].as_str().unwrap().to_string());
-        let l = of_kind(&recs, "job_spawned")
-            .first()
-            .map(|j| j["data"]["pid"].as_i64().unwrap() as i32);
+            .map(|c| c.group.as_ref().expect("a group was recorded").path.clone());
+        let l = all!(recs, Event::JobSpawned).first().map(|j| j.pid);
         if let (Some(g), Some(l)) = (g, l) {
             break (g, l);
         }
@@ -252,7 +251,7 @@ fn exec_leaves_a_drafted_stranger_alive_and_retains() {
         std::thread::sleep(Duration::from_millis(5));
     };
     let home = Drafted::home_of(sibling.pid(), &group, leader);
-    let _guard = GroupGuard::of(&records(&log));
+    let _guard = GroupGuard::of(&log);
     let _drafted = Drafted {
         pid: sibling.pid(),
         home,
@@ -262,7 +261,6 @@ fn exec_leaves_a_drafted_stranger_alive_and_retains() {
     sibling.assert_alive();
     assert!(took < Duration::from_secs(2 + 2 + 8), "exec took {took:?}");
     assert_eq!(status.code(), Some(125), "the proof failed: {status:?}");
-    let recs = records(&log);
-    assert_never_touched(&recs, sibling.pid());
+    assert_never_touched(&Log::read(&log), sibling.pid());
     assert_retained_for_foreign(&log);
 }

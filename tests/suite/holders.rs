@@ -19,8 +19,12 @@ use std::sync::OnceLock;
 
 use common::harness::*;
 use common::schema::{assert_valid, compile};
+use common::typed::{all, first, Log};
 use nix::sys::signal::Signal;
+use rea::holders::HolderScan;
+use rea::kinds::watchdog::{Event, HoldersScanned};
 use rea::process::pidfd::{bind_unwaited_child, VerifiedPidFd};
+use rea::stage::log::StageEvent;
 use serde_json::Value;
 
 fn holders_validator() -> &'static jsonschema::Validator {
@@ -28,17 +32,13 @@ fn holders_validator() -> &'static jsonschema::Validator {
     V.get_or_init(|| compile("holders"))
 }
 
-/// Every line of a log, parsed (any kind of log: no schema).
-fn records_any(log: &Path) -> Vec<Value> {
-    std::fs::read_to_string(log)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
+/// The close-time holder scan (the first `holders_scanned` record), which
+/// must have scanned.
+pub(crate) fn scanned(log: &Log) -> &HolderScan {
+    match first!(log, Event::HoldersScanned) {
+        HoldersScanned::Scanned(s) => s,
+        failed => panic!("{}: the holder scan failed: {failed:?}", log.path.display()),
+    }
 }
 
 /// A process holding something, started by the test (outside any action).
@@ -330,12 +330,11 @@ fn a_program_run_from_the_stage_and_unlinked_holds_it() {
     std::fs::remove_file(&prog).unwrap();
     assert!(w.close().status.success());
     assert!(w.wait(PATIENCE).success());
-    let recs = w.records();
-    let scanned = &of_kind(&recs, "holders_scanned")[0]["data"]["scanned"];
-    let at_close = scanned["holders"].as_array().unwrap();
+    let log = w.log();
+    let scanned = scanned(&log);
     assert!(
-        at_close.iter().any(|h| h["pid"] == p.pid()),
-        "the close-time scan did not name pid {}: {scanned:#}",
+        scanned.holders.iter().any(|h| h.pid == p.pid()),
+        "the close-time scan did not name pid {}: {scanned:#?}",
         p.pid()
     );
     let (code, v) = verify_stage(&w);
@@ -463,20 +462,21 @@ fn a_holder_outside_the_action_is_named_at_close_and_at_verification() {
         w.wait(PATIENCE).success(),
         "the watchdog's exit is the tree's, not the stage's"
     );
-    let recs = w.records();
-    let rc = receipt(&recs);
-    assert_eq!(rc["quiescent"], true, "{rc:#}");
-    let scanned = &of_kind(&recs, "holders_scanned")[0]["data"]["scanned"];
-    assert_valid(holders_validator(), scanned, "the holders_scanned record");
-    assert_eq!(scanned["roots"][0]["held"], 1, "{scanned:#}");
-    assert_eq!(scanned["roots"][1]["held"], 0, "the temp root: {scanned:#}");
+    let log = w.log();
+    let rc = log.receipt();
+    assert!(rc.quiescent, "{rc:#?}");
+    let scanned = scanned(&log);
+    assert_valid(
+        holders_validator(),
+        &serde_json::to_value(scanned).unwrap(),
+        "the holders_scanned record",
+    );
+    let held: Vec<u64> = scanned.roots.iter().map(|r| r.held).collect();
+    assert_eq!(held.first(), Some(&1), "{scanned:#?}");
+    assert_eq!(held.get(1), Some(&0), "the temp root: {scanned:#?}");
     assert!(
-        scanned["holders"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|h| h["pid"] == p.pid()),
-        "{scanned:#}"
+        scanned.holders.iter().any(|h| h.pid == p.pid()),
+        "{scanned:#?}"
     );
     let (code, v) = verify_stage(&w);
     assert_eq!(code, 1, "{v:#}");
@@ -503,14 +503,11 @@ fn a_held_temp_root_is_kept_and_the_run_retained() {
         !w.wait(PATIENCE).success(),
         "the watchdog exits non-zero without a positive receipt"
     );
-    let recs = w.records();
-    let removed = of_kind(&recs, "temp_root_removed");
+    let log = w.log();
+    let removed = all!(log, Event::TempRootRemoved);
     let last = removed.last().unwrap();
-    assert_eq!(last["data"]["removed"], false, "{last:#}");
-    assert!(
-        last["data"]["detail"].as_str().unwrap().contains("held"),
-        "{last:#}"
-    );
+    assert!(!last.removed, "{last:#?}");
+    assert!(last.detail.contains("held"), "{last:#?}");
     assert!(w.state_dir.join("tmp").is_dir());
     let (code, v) = verify_stage(&w);
     assert_eq!(code, 1, "{v:#}");
@@ -639,7 +636,7 @@ fn the_holders_command_names_holders_and_what_it_cannot_read() {
 fn a_recovered_stage_that_is_held_is_retained() {
     require_pid_ns!("recover of a held stage");
     let mut w = Watchdog::start(&["--contain", "cgroup"]);
-    let guard = GroupGuard::of(&w.records()).expect("a cgroup-mode run records its group");
+    let guard = GroupGuard::of(&w.audit_log).expect("a cgroup-mode run records its group");
     w.signal(Signal::SIGKILL);
     w.wait(PATIENCE);
     let new = w.scratch.path("recovery.jsonl");
@@ -731,14 +728,15 @@ fn a_held_stage_is_not_discarded() {
     );
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["reasons"], serde_json::json!(["stage_held"]), "{v:#}");
-    let decided = records_any(&log)
-        .into_iter()
-        .find(|r| r["kind"] == "discard_decided")
-        .unwrap();
-    let held = decided["data"]["reasons"].as_array().unwrap();
-    assert_eq!(held.len(), 1, "{decided:#}");
-    let detail = held[0]["detail"].as_str().unwrap();
-    assert!(detail.contains(&format!("pid {} ", p.pid())), "{decided:#}");
+    let discard_log = Log::<StageEvent>::read(&log);
+    let decided = first!(discard_log, StageEvent::Decided);
+    let held = &decided.reasons;
+    assert_eq!(held.len(), 1, "{decided:#?}");
+    let detail = &held[0].detail;
+    assert!(
+        detail.contains(&format!("pid {} ", p.pid())),
+        "{decided:#?}"
+    );
     let out = Command::new(audit_bin())
         .arg("verify")
         .arg(&log)

@@ -20,11 +20,7 @@ use common::harness::*;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-use crate::holders::verify_stage;
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+use crate::holders::{scanned, verify_stage};
 
 /// A listener started by the test, bound through its pidfd.
 struct Listener {
@@ -138,13 +134,10 @@ fn sealed_with<T>(plant: impl FnOnce(&Scratch, &Path) -> T) -> (Watchdog, T) {
 
 /// The holders the watchdog's own scan at close named (pids).
 fn named_at_close(w: &Watchdog) -> Vec<i64> {
-    let recs = w.records();
-    let scanned = &of_kind(&recs, "holders_scanned")[0]["data"]["scanned"];
-    scanned["holders"]
-        .as_array()
-        .unwrap()
+    scanned(&w.log())
+        .holders
         .iter()
-        .filter_map(|h| h["pid"].as_i64())
+        .map(|h| i64::from(h.pid))
         .collect()
 }
 

@@ -123,9 +123,7 @@ fn live_watchdog_mid_job_is_running_and_nothing_is_written() {
         &["--name", "install", "--deadline", "200s"],
         &["/bin/sleep", "3600"],
     );
-    let rec = wait_record(&w.audit_log, "job 1 spawned", |r| {
-        is_kind(r, "job_spawned") && r["data"]["job"] == 1
-    });
+    let rec = wait_spawned(&w.audit_log, "job 1 spawned", |j| j.job == 1);
     let job = job_ident(&rec);
     let mut held = Held::default();
     held.add("job", job);
@@ -298,9 +296,7 @@ fn lost_watchdog_leaves_a_setsid_survivor_for_review() {
         .find(|m| m.role == "escapee")
         .unwrap()
         .clone();
-    let rec = wait_record(&w.audit_log, "job 1 spawned", |r| {
-        is_kind(r, "job_spawned") && r["data"]["job"] == 1
-    });
+    let rec = wait_spawned(&w.audit_log, "job 1 spawned", |j| j.job == 1);
     assert_eq!(job_ident(&rec).pid, leader.pid);
     // SIGKILL through the pidfd the test opened on the watchdog it started.
     w.signal(Signal::SIGKILL);

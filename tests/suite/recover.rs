@@ -23,12 +23,19 @@ use common::harness::*;
 use common::logs::rechain;
 use common::recovery::*;
 use common::stop::*;
+use common::typed::first;
 use nix::sys::signal::Signal;
 use rea::contain::group::ActionGroup;
+use rea::kinds::group::RunIdSeen;
+use rea::kinds::recovery::{RecoveryEvent, RecoveryStarted};
 use serde_json::Value;
 
-fn first_record(new: &Path) -> Value {
-    recovery_records(new).remove(0)
+/// The recovery log's first record, `recovery_started`.
+fn first_record(new: &Path) -> RecoveryStarted {
+    match recovery_log(new).at(0) {
+        RecoveryEvent::Started(s) => s.clone(),
+        e => panic!("{}: the first record is {e:?}", new.display()),
+    }
 }
 
 /// Every survivor is still alive: the refusal killed nothing.
@@ -137,35 +144,40 @@ fn a_lost_watchdog_is_recovered_through_its_group() {
     assert_eq!(std::fs::read(&log).unwrap(), log_before, "LOG was written");
 
     // NEW names LOG's run and its last intact seq and head.
-    let recs = recovery_records(&new);
-    let first = &recs[0]["data"];
-    assert_eq!(first["log_run"], l.w.run_id().as_str(), "{first:#}");
+    let recs = recovery_log(&new);
+    let first = first_record(&new);
+    assert_eq!(
+        first.log_run.as_deref(),
+        Some(l.w.run_id().as_str()),
+        "{first:#?}"
+    );
     let lines = common::logs::read_lines(&log);
-    assert_eq!(first["log_intact_seq"], lines.len() as u64 - 1, "{first:#}");
+    assert_eq!(
+        first.log_intact_seq,
+        Some(lines.len() as u64 - 1),
+        "{first:#?}"
+    );
     let head = rea::log::chain::line_hash(lines.last().unwrap());
-    assert_eq!(first["log_intact_head"], head.as_str(), "{first:#}");
+    assert_eq!(
+        first.log_intact_head.as_deref(),
+        Some(head.as_str()),
+        "{first:#?}"
+    );
     assert_eq!(r.json["log_intact_head"], head.as_str());
-    let members = recs
-        .iter()
-        .find(|x| x["kind"] == "recovery_members")
-        .unwrap();
+    let members = first!(recs, RecoveryEvent::Members);
     for m in l.members.iter().filter(|m| m.role != "root") {
-        let named = members["data"]["members"]
-            .as_array()
-            .unwrap()
+        let named = members
+            .members
             .iter()
-            .any(|x| x["pid"] == m.pid && x["start_time"] == m.start_time);
+            .any(|x| x.pid == m.pid && x.start_time == Some(m.start_time));
         assert!(
             named,
-            "{} not recorded before the kill: {members:#}",
+            "{} not recorded before the kill: {members:#?}",
             m.role
         );
     }
-    let killed = recs
-        .iter()
-        .find(|x| x["kind"] == "recovery_killed")
-        .unwrap();
-    assert_eq!(killed["data"]["populated"], false, "{killed:#}");
+    let killed = first!(recs, RecoveryEvent::Killed);
+    assert_eq!(killed.populated, Some(false), "{killed:#?}");
 
     // verify NEW: delete_allowed for the exact stage; without --staging
     // the stage is not cleared; LOG itself stays retain.
@@ -233,7 +245,7 @@ fn a_live_watchdog_is_refused_and_nothing_is_killed() {
         "recover killed something"
     );
     let first = first_record(&new);
-    assert_eq!(first["data"]["log_sealed"], false);
+    assert!(!first.log_sealed, "{first:#?}");
 
     // The same log with one byte edited: the chain is checked first.
     let copy = l.w.scratch.path("edited.jsonl");
@@ -288,8 +300,15 @@ fn a_recreated_group_is_refused_and_its_sentinel_lives() {
     let r = recover(&l.w.audit_log, &new, Some(&l.staging()));
     assert_refused(&r, &new, "group_recreated", true);
     assert!(!sentinel.fd.has_exited(), "recover killed the sentinel");
-    let checked = &recovery_records(&new)[1]["data"];
-    assert_eq!(checked["group"]["ino_now"], ino, "{checked:#}");
+    let checked = match recovery_log(&new).at(1) {
+        RecoveryEvent::Checked(c) => c.clone(),
+        e => panic!("the second record is not recovery_checked: {e:?}"),
+    };
+    assert_eq!(
+        checked.group.as_ref().and_then(|g| g.ino_now),
+        Some(ino),
+        "{checked:#?}"
+    );
     sibling.assert_alive();
 }
 
@@ -343,13 +362,13 @@ fn a_tampered_log_is_refused_and_nothing_is_killed() {
     assert_refused(&r, &new, "log_tampered", true);
     assert_nothing_killed(&l, "a tampered log");
     let first = first_record(&new);
-    assert_eq!(first["data"]["log_intact_seq"], 1, "{first:#}");
+    assert_eq!(first.log_intact_seq, Some(1), "{first:#?}");
     assert!(
-        first["data"]["log_tampered"]
-            .as_str()
-            .unwrap()
-            .contains("line 3"),
-        "{first:#}"
+        first
+            .log_tampered
+            .as_deref()
+            .is_some_and(|t| t.contains("line 3")),
+        "{first:#?}"
     );
     sibling.assert_alive();
 }
@@ -357,7 +376,7 @@ fn a_tampered_log_is_refused_and_nothing_is_killed() {
 /// A cgroup-mode watchdog SIGKILLed with no job: its group is empty.
 fn lost_without_jobs(extra: &[&str]) -> (Watchdog, Option<GroupGuard>) {
     let mut w = Watchdog::start(extra);
-    let guard = GroupGuard::of(&w.records());
+    let guard = GroupGuard::of(&w.audit_log);
     w.signal(Signal::SIGKILL);
     w.wait(PATIENCE);
     (w, guard)
@@ -435,7 +454,7 @@ fn refusals_without_a_tree_sealed_none_new_exists_new_in_stage() {
     require_pid_ns!("recover refusals");
     // A sealed log: nothing to recover.
     let mut w = Watchdog::start(&["--contain", "cgroup"]);
-    let _group = GroupGuard::of(&w.records());
+    let _group = GroupGuard::of(&w.audit_log);
     assert!(w.close().status.success());
     assert!(w.wait(PATIENCE).success());
     let new = w.scratch.path("recovery.jsonl");
@@ -619,9 +638,10 @@ fn a_drafted_stranger_is_refused_and_nothing_is_killed() {
     // No REA_RUN_ID; started before the watchdog too, unless both began
     // within the same clock tick (start times are in ticks, 10 ms here).
     let failed = foreign[0]["failed"].as_array().unwrap();
-    let wd_start = first_record(&new)["data"]["watchdog"]["start_time"]
-        .as_u64()
-        .unwrap();
+    let wd_start = first_record(&new)
+        .watchdog
+        .expect("the watchdog's identity")
+        .start_time;
     let before = foreign[0]["start_time"].as_u64().unwrap() < wd_start;
     let mut want = vec![Value::from("no_run_id")];
     if before {
@@ -637,8 +657,8 @@ fn a_drafted_stranger_is_refused_and_nothing_is_killed() {
     );
 
     // NEW: the frozen census, the sibling named foreign, refused.
-    let recs = recovery_records(&new);
-    let kinds: Vec<&str> = recs.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    let recs = recovery_log(&new);
+    let kinds = recs.kinds();
     assert_eq!(
         kinds,
         [
@@ -648,23 +668,24 @@ fn a_drafted_stranger_is_refused_and_nothing_is_killed() {
             "recovery_decided"
         ]
     );
-    let m = &recs[2]["data"];
-    assert_eq!(m["freeze"]["frozen"], true, "{m:#}");
-    let named = m["members"]
-        .as_array()
-        .unwrap()
+    let m = match recs.at(2) {
+        RecoveryEvent::Members(m) => m,
+        e => panic!("the third record is not recovery_members: {e:?}"),
+    };
+    assert!(m.freeze.frozen, "{m:#?}");
+    let named = m
+        .members
         .iter()
-        .find(|x| x["pid"] == pid)
-        .unwrap_or_else(|| panic!("the sibling is not in the census: {m:#}"));
-    assert_eq!(named["run_id"], "missing", "{named:#}");
+        .find(|x| x.pid == pid)
+        .unwrap_or_else(|| panic!("the sibling is not in the census: {m:#?}"));
+    assert_eq!(named.run_id, RunIdSeen::Missing, "{named:#?}");
     for mb in l.survivors() {
-        let x = m["members"]
-            .as_array()
-            .unwrap()
+        let x = m
+            .members
             .iter()
-            .find(|x| x["pid"] == mb.pid)
-            .unwrap_or_else(|| panic!("{} not in the census: {m:#}", mb.role));
-        assert_eq!(x["run_id"], "carried", "{} ({x:#})", mb.role);
+            .find(|x| x.pid == mb.pid)
+            .unwrap_or_else(|| panic!("{} not in the census: {m:#?}", mb.role));
+        assert_eq!(x.run_id, RunIdSeen::Carried, "{} ({x:#?})", mb.role);
     }
     let (vcode, v) = verify_recovery(&new, &[]);
     assert_eq!(vcode, 1, "{v:#}");
@@ -696,7 +717,10 @@ fn a_drafted_stranger_is_refused_and_nothing_is_killed() {
     lines[last].truncate(at);
     lines[last].extend_from_slice(forged_dec);
     lines[last].push(b'}');
-    let run_id = recs[0]["run"].as_str().unwrap().to_string();
+    let run_id = recovery_records(&new)[0]["run"]
+        .as_str()
+        .unwrap()
+        .to_string();
     rechain(&mut lines, &run_id, last);
     let forged = l.w.scratch.path("forged.jsonl");
     common::logs::write_lines(&forged, &lines);

@@ -20,7 +20,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::harness::*;
-use serde_json::Value;
+use common::typed::{all, first, Log};
+use rea::kinds::watchdog::Event;
 
 /// How Chromium is run: headless, as root (no sandbox), a fresh profile
 /// each time, and every background service that would talk to a network
@@ -319,9 +320,9 @@ fn nested_run() -> Run {
     let log = scratch.path("audit.jsonl").display().to_string();
     let argv = [python(), "-c", PHASE, &tools, &log, watchdog_bin()];
     let run = stopped_run(scratch, "3s", &argv);
-    let spawned: Vec<String> = of_kind(&records(&run.log), "job_spawned")
+    let spawned: Vec<String> = all!(Log::read(&run.log), Event::JobSpawned)
         .iter()
-        .map(|r| r["data"]["name"].as_str().unwrap_or("").to_string())
+        .map(|j| j.name.clone().unwrap_or_default())
         .collect();
     assert_eq!(
         spawned,
@@ -369,15 +370,17 @@ pub(super) fn no_temp_left(dir: &std::path::Path) {
 }
 
 /// Each sweep of the log: (stage, processes signalled, its parts summed).
-fn sweeps(recs: &[Value]) -> Vec<(String, u64)> {
-    let mut out: Vec<(u64, String, u64)> = Vec::new();
-    for r in of_kind(recs, "signal_sweep") {
-        let d = &r["data"];
-        let n = d["targets"].as_array().unwrap().len() as u64;
-        let sweep = d["sweep"].as_u64().unwrap();
-        match out.iter_mut().find(|s| s.0 == sweep) {
+fn sweeps(log: &Log) -> Vec<(String, u64)> {
+    let mut out: Vec<(u32, String, u64)> = Vec::new();
+    for d in all!(log, Event::SignalSweep) {
+        let n = d.targets.len() as u64;
+        match out.iter_mut().find(|s| s.0 == d.sweep) {
             Some(s) => s.2 += n,
-            None => out.push((sweep, d["stage"].as_str().unwrap().to_string(), n)),
+            None => {
+                // The stage as the record (and the page) spells it.
+                let stage = serde_json::to_value(d.stage).unwrap();
+                out.push((d.sweep, stage.as_str().unwrap().to_string(), n))
+            }
         }
     }
     out.into_iter().map(|(_, st, n)| (st, n)).collect()
@@ -409,16 +412,16 @@ fn a_real_stopped_run_is_drawn_and_loads_nothing() {
     // One lane per job in the whole-run drawing, named, the launchers
     // under job 1 (launcher-2 asked from job 1's tree, not its leader).
     let svg = between(&d, "<svg class=\"timeline\" id=\"timeline\"", "</svg>");
-    let recs = records(&run.log);
-    let jobs = of_kind(&recs, "job_spawned");
+    let recs = Log::read(&run.log);
+    let jobs = all!(recs, Event::JobSpawned);
     assert_eq!(
         svg.matches("<g class=\"lane\"").count(),
         jobs.len(),
         "{svg}"
     );
     for j in &jobs {
-        let n = j["data"]["job"].as_u64().unwrap();
-        let name = j["data"]["name"].as_str().unwrap_or("exec");
+        let n = j.job;
+        let name = j.name.as_deref().unwrap_or("exec");
         let lane = lane_of(svg, n);
         assert!(lane.contains(&format!("job {n} {name}")), "{lane}");
         let depth = if n == 1 { 0 } else { 1 };
@@ -428,7 +431,7 @@ fn a_real_stopped_run_is_drawn_and_loads_nothing() {
         assert!(lane.contains("data-kind=\"signalled\""), "{lane}");
     }
     // launcher-1's inner alarm, on its own lane and only there.
-    assert_eq!(of_kind(&recs, "inner_alarm").len(), 1);
+    assert_eq!(all!(recs, Event::InnerAlarm).len(), 1);
     assert!(
         lane_of(svg, 2).contains("data-kind=\"inner_alarm\""),
         "{svg}"
@@ -451,13 +454,13 @@ fn a_real_stopped_run_is_drawn_and_loads_nothing() {
 
     // The tree names every process signalled; the staging its digest.
     let tree = between(&d, "<section id=\"tree\"", "</section>");
-    for r in of_kind(&recs, "signal_sweep") {
-        for t in r["data"]["targets"].as_array().unwrap() {
-            assert!(tree.contains(&format!("pid {}", t["pid"])), "{tree}");
+    for r in all!(recs, Event::SignalSweep) {
+        for t in &r.targets {
+            assert!(tree.contains(&format!("pid {}", t.pid)), "{tree}");
         }
     }
-    let inv = of_kind(&recs, "staging_inventoried")[0]["data"]["inventory"]["digest"].clone();
-    assert!(d.contains(inv.as_str().unwrap()), "the staging digest");
+    let inv = &first!(recs, Event::StagingInventoried).inventory.digest;
+    assert!(d.contains(inv.as_str()), "the staging digest");
     let rows = between(&d, "<table class=\"records\">", "</table>");
     assert_eq!(rows.matches("<tr id=\"line-").count(), recs.len());
 
@@ -560,11 +563,10 @@ time.sleep(60)
             "\u{1b}]0;owned\u{7}\u{1b}[2J",
         ],
     );
-    let recs = records(&run.log);
-    let comms: Vec<String> = of_kind(&recs, "signal_sweep")
+    let comms: Vec<String> = all!(Log::read(&run.log), Event::SignalSweep)
         .iter()
-        .flat_map(|r| r["data"]["targets"].as_array().unwrap().clone())
-        .map(|t| t["comm"].as_str().unwrap().to_string())
+        .flat_map(|r| r.targets.iter())
+        .map(|t| t.comm.clone())
         .collect();
     assert!(comms.iter().any(|c| c == "\"><img src=y>"), "{comms:?}");
     let page = run.scratch.path("report.html");

@@ -20,8 +20,11 @@ use std::time::Duration;
 
 use common::harness::*;
 use common::raw::*;
+use common::typed::{all, wait_for_log};
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
+use rea::kinds::watchdog::{Event, RequestRefused, StopReason};
+use rea::protocol::RefusalReason;
 use serde_json::Value;
 
 const TOUCH: &str = "/usr/bin/touch";
@@ -78,19 +81,18 @@ impl Bench {
     /// answered refusal), or one entry per refusal of a `requests_refused`
     /// burst (unanswerable ones; every burst here is shorter than its
     /// sample list, so its samples are all of it, and that is checked).
-    fn refusals(&self) -> Vec<Value> {
+    fn refusals(&self) -> Vec<RequestRefused> {
         let mut out = Vec::new();
-        for r in self.w.records() {
-            match r["kind"].as_str() {
-                Some("request_refused") => out.push(r),
-                Some("requests_refused") => {
-                    let first = r["data"]["first"].as_array().cloned().unwrap_or_default();
+        for e in self.w.log().iter() {
+            match e {
+                Event::RequestRefused(r) => out.push(r.clone()),
+                Event::RequestsRefused(r) => {
                     assert_eq!(
-                        r["data"]["count"],
-                        first.len(),
-                        "a burst within its samples: {r}"
+                        r.count,
+                        r.first.len() as u64,
+                        "a burst within its samples: {r:?}"
                     );
-                    out.extend(first.into_iter().map(|d| serde_json::json!({ "data": d })));
+                    out.extend(r.first.iter().cloned());
                 }
                 _ => {}
             }
@@ -102,7 +104,12 @@ impl Bench {
     /// `reply` when given (and the channel then closed), recorded exactly
     /// once, nothing launched, and the watchdog still serving. Returns the
     /// `request_refused` record.
-    fn refuse(&mut self, line: &[u8], reply: Option<&mut ReplyFifo>, reason: &str) -> Value {
+    fn refuse(
+        &mut self,
+        line: &[u8],
+        reply: Option<&mut ReplyFifo>,
+        reason: &str,
+    ) -> RequestRefused {
         let shown = String::from_utf8_lossy(&line[..line.len().min(300)]).into_owned();
         let before = self.refusals().len();
         send(self.dir(), line);
@@ -121,14 +128,14 @@ impl Bench {
             "exactly one refusal recorded for {shown}: {recs:#?}"
         );
         let rec = recs[before].clone();
-        assert_eq!(rec["data"]["reason"], reason, "record for {shown}: {rec}");
+        assert_eq!(rec.reason, refusal(reason), "record for {shown}: {rec:?}");
         self.nothing_launched();
         rec
     }
 
     /// Like [`refuse`] with a reply FIFO made for the request: `make` gets
     /// the FIFO's name and returns the request.
-    fn refuse_answered(&mut self, reason: &str, make: impl FnOnce(&str) -> Req) -> Value {
+    fn refuse_answered(&mut self, reason: &str, make: impl FnOnce(&str) -> Req) -> RequestRefused {
         let mut r = self.reply();
         let req = make(&r.name.clone());
         let rec = self.refuse(&req.line(), Some(&mut r), reason);
@@ -165,15 +172,15 @@ impl Bench {
             made.is_empty(),
             "a refused request launched something: {made:?}"
         );
-        let recs = self.w.records();
-        let spawned = of_kind(&recs, "job_spawned");
+        let log = self.w.log();
+        let spawned = all!(log, Event::JobSpawned);
         for r in &spawned {
             assert!(
-                !r["data"]["argv"].to_string().contains("marker-"),
-                "a refused argv was spawned: {r}"
+                !r.argv.iter().any(|a| a.contains("marker-")),
+                "a refused argv was spawned: {r:?}"
             );
         }
-        assert!(of_kind(&recs, "job_failed").is_empty(), "{recs:#?}");
+        assert!(all!(log, Event::JobFailed).is_empty(), "{log:#?}");
         assert_eq!(
             spawned.len(),
             self.jobs,
@@ -196,14 +203,21 @@ impl Bench {
         assert_eq!(code, 0, "{v:#}");
         assert_eq!(v["verdict"], "delete_allowed", "{v:#}");
         self.nothing_launched();
-        let r = receipt(&self.w.records());
-        assert_eq!(r["counts"]["jobs"], self.jobs as u64, "{r}");
+        let log = self.w.log();
+        let r = log.receipt();
+        assert_eq!(r.counts.jobs, self.jobs as u64, "{r:?}");
         self.sibling.assert_alive();
         v
     }
 }
 
 /// The spawn a refused request asks for: touch a marker.
+/// A refusal reason as requests and records spell it (`bad_id`).
+fn refusal(reason: &str) -> RefusalReason {
+    serde_json::from_value(Value::from(reason))
+        .unwrap_or_else(|e| panic!("{reason:?} is not a refusal reason: {e}"))
+}
+
 fn touch(id: &str, reply: &str, marker: &str) -> Req {
     Req::spawn(id, reply, &[TOUCH, marker])
 }
@@ -265,10 +279,10 @@ fn the_largest_valid_fields_are_accepted() {
     assert_eq!(done["type"], "exited", "{done}");
     assert_eq!(done["status"], serde_json::json!({"code": 0}), "{done}");
     drop(r);
-    let recs = b.w.records();
-    let spawned = of_kind(&recs, "job_spawned");
-    assert_eq!(spawned[0]["data"]["name"], name.as_str());
-    assert_eq!(spawned[0]["data"]["argv"].as_array().unwrap().len(), 1024);
+    let log = b.w.log();
+    let spawned = all!(log, Event::JobSpawned);
+    assert_eq!(spawned[0].name.as_deref(), Some(name.as_str()));
+    assert_eq!(spawned[0].argv.len(), 1024);
     b.still_serves();
     b.finish();
 }
@@ -312,10 +326,7 @@ fn invalid_utf8_is_refused() {
     bytes[at] = 0xff;
     bytes[at + 1] = 0xfe;
     let rec = b.refuse(&bytes, None, "malformed");
-    assert!(
-        rec["data"]["detail"].as_str().unwrap().contains("UTF-8"),
-        "{rec}"
-    );
+    assert!(rec.detail.contains("UTF-8"), "{rec:?}");
     // An overlong encoding of '/' in the id.
     let mut bytes = touch("u2X", "nobody", &m).line();
     let at = bytes.windows(3).position(|w| w == b"u2X").unwrap();
@@ -380,7 +391,7 @@ fn oversize_lines_are_refused_and_the_limit_is_exact() {
     assert_eq!(r.expect()["type"], "exited");
     let recs = b.refusals();
     assert_eq!(recs.len(), before + 1, "{recs:#?}");
-    assert_eq!(recs[before]["data"]["reason"], "oversize");
+    assert_eq!(recs[before].reason, RefusalReason::Oversize);
     drop(r);
     b.still_serves();
     b.finish();
@@ -454,7 +465,7 @@ fn bad_ids_are_refused() {
     ] {
         // The reply FIFO is valid, so even a bad id is answered (id null).
         let rec = b.refuse_answered("bad_id", |r| touch("x", r, &m).set("id", id));
-        assert!(rec["data"]["id"].is_null(), "{rec}");
+        assert!(rec.id.is_none(), "{rec:?}");
     }
     b.finish();
 }
@@ -594,7 +605,7 @@ fn bad_reply_fifos_are_refused_and_never_written() {
     // Names that are paths: refused before anything is opened.
     for name in ["a/b", "../requests", "..", ".", "", "/tmp/x"] {
         let rec = b.refuse(&touch("p1", name, &m).line(), None, "bad_reply");
-        assert_eq!(rec["data"]["id"], "p1", "{rec}");
+        assert_eq!(rec.id.as_deref(), Some("p1"), "{rec:?}");
     }
 
     // A symlink in replies/ to a FIFO (with a reader) elsewhere.
@@ -630,10 +641,7 @@ fn bad_reply_fifos_are_refused_and_never_written() {
     )
     .unwrap();
     let rec = b.refuse(&touch("s4", "foreign", &m).line(), None, "bad_reply");
-    assert!(
-        rec["data"]["detail"].as_str().unwrap().contains("65534"),
-        "{rec}"
-    );
+    assert!(rec.detail.contains("65534"), "{rec:?}");
     assert!(read_now(&mut foreign).is_empty());
 
     // Wrong modes.
@@ -649,10 +657,7 @@ fn bad_reply_fifos_are_refused_and_never_written() {
     nix::unistd::mkfifo(&lonely, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
     std::fs::set_permissions(&lonely, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let rec = b.refuse(&touch("s6", "lonely", &m).line(), None, "bad_reply");
-    assert!(
-        rec["data"]["detail"].as_str().unwrap().contains("reading"),
-        "{rec}"
-    );
+    assert!(rec.detail.contains("reading"), "{rec:?}");
 
     // A reply FIFO that does not exist.
     b.refuse(&touch("s7", "missing", &m).line(), None, "bad_reply");
@@ -839,7 +844,7 @@ fn a_double_forked_submit_is_not_owned() {
     b.still_serves();
     let recs = b.refusals();
     assert_eq!(recs.len(), 1, "{recs:#?}");
-    assert_eq!(recs[0]["data"]["reason"], "caller_not_owned");
+    assert_eq!(recs[0].reason, RefusalReason::CallerNotOwned);
     assert!(!Path::new(&m).exists());
     b.nothing_launched();
     b.finish();
@@ -888,12 +893,11 @@ fn after_a_stop_spawns_are_aborted() {
         String::from_utf8_lossy(&out.stderr).contains("aborted"),
         "{out:?}"
     );
-    let reasons: Vec<Value> = b
-        .refusals()
-        .iter()
-        .map(|r| r["data"]["reason"].clone())
-        .collect();
-    assert_eq!(reasons, vec!["aborted", "aborted"]);
+    let reasons: Vec<RefusalReason> = b.refusals().iter().map(|r| r.reason).collect();
+    assert_eq!(
+        reasons,
+        vec![RefusalReason::Aborted, RefusalReason::Aborted]
+    );
     b.nothing_launched();
     let v = b.finish();
     assert_eq!(v["stop_reason"], "stop_requested");
@@ -926,9 +930,10 @@ fn while_closing_requests_are_refused_closed() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-    wait_for_records(&b.w.audit_log, "close_while_running", |recs| {
-        recs.iter()
-            .any(|r| r["kind"] == "stop_triggered" && r["data"]["reason"] == "close_while_running")
+    wait_for_log(&b.w.audit_log, "close_while_running", |log| {
+        all!(log, Event::StopTriggered)
+            .iter()
+            .any(|t| t.reason == StopReason::CloseWhileRunning)
     });
     let mut r = b.reply();
     send(b.dir(), &touch("during", &r.name, &m).valid_line());
@@ -951,12 +956,8 @@ fn while_closing_requests_are_refused_closed() {
     let close = output_within(close, PATIENCE);
     assert_eq!(close.status.code(), Some(0), "{close:?}");
     assert!(b.w.wait(PATIENCE).success());
-    let reasons: Vec<Value> = b
-        .refusals()
-        .iter()
-        .map(|r| r["data"]["reason"].clone())
-        .collect();
-    assert_eq!(reasons, vec!["closed", "closed"]);
+    let reasons: Vec<RefusalReason> = b.refusals().iter().map(|r| r.reason).collect();
+    assert_eq!(reasons, vec![RefusalReason::Closed, RefusalReason::Closed]);
     b.nothing_launched();
     let (code, v) = b.w.verify(&["--staging", b.w.staging.to_str().unwrap()]);
     assert_eq!(code, 0, "{v:#}");
@@ -1013,14 +1014,14 @@ fn exec_fails(b: &mut Bench, argv0: &str, exit: i32, reason: &str) {
     assert_eq!(out.status.code(), Some(exit), "{argv0}: {out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(reason), "{argv0}: {err}");
-    let recs = b.w.records();
-    let failed = of_kind(&recs, "job_failed");
-    assert_eq!(failed.len(), before + 1, "{recs:#?}");
-    assert_eq!(failed[before]["data"]["reason"], reason);
-    assert_eq!(failed[before]["data"]["argv"][0], argv0);
-    assert!(of_kind(&recs, "job_spawned")
+    let log = b.w.log();
+    let failed = all!(log, Event::JobFailed);
+    assert_eq!(failed.len(), before + 1, "{log:#?}");
+    assert_eq!(failed[before].reason, refusal(reason));
+    assert_eq!(failed[before].argv.first().map(String::as_str), Some(argv0));
+    assert!(all!(log, Event::JobSpawned)
         .iter()
-        .all(|r| !r["data"]["argv"].to_string().contains("marker-")));
+        .all(|r| !r.argv.iter().any(|a| a.contains("marker-"))));
     assert!(!Path::new(&m).exists());
 }
 

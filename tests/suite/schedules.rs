@@ -44,12 +44,12 @@ use std::time::{Duration, Instant};
 
 use common::harness::*;
 use common::stop::{run_processes, test_cgroup, wait_for};
+use common::typed::{all, first};
 use nix::sys::signal::Signal;
 use plan::{Later, Plan, Release, Trigger};
 use procs::{await_record, Client, Escape, Fifo, Tracer, LASTING};
-use rea::kinds::watchdog::Ident;
+use rea::kinds::watchdog::{Event, Ident, Stage};
 use rea::process::pidfd::bind_ident;
-use serde_json::Value;
 
 /// The default seeds: schedule `i` is `splitmix(BASE + i)`.
 const BASE: u64 = 0x5EED_0000;
@@ -271,8 +271,8 @@ impl Steps<'_> {
 
 /// The checks of one run.
 fn check(w: &Watchdog, s: &mut Steps<'_>, status: std::process::ExitStatus, codes: &[String]) {
-    let recs = w.records();
-    let ks = kinds(&recs);
+    let recs = w.log();
+    let ks = recs.kinds();
     let context = || format!("watchdog {status:?}; clients {codes:?}; records {ks:?}");
     let sealed = w.sealed.as_ref().map(|v| v["event"].clone());
     assert_eq!(
@@ -281,19 +281,14 @@ fn check(w: &Watchdog, s: &mut Steps<'_>, status: std::process::ExitStatus, code
         "the watchdog did not seal: {}",
         context()
     );
-    assert_eq!(
-        ks.last().map(String::as_str),
-        Some("receipt"),
-        "{}",
-        context()
-    );
+    assert_eq!(ks.last().copied(), Some("receipt"), "{}", context());
     let staging = w.staging.to_str().unwrap().to_string();
     let head = w.head().expect("the sealed line names the head");
     let (code, v) = w.verify(&["--staging", &staging, "--expect-head", &head]);
-    let rc = receipt(&recs);
+    let rc = recs.receipt();
     assert!(
         matches!(code, 0 | 1),
-        "an honest, sealed log must verify 0 or 1, not {code}: {v:#}\nreceipt {rc}\n{}",
+        "an honest, sealed log must verify 0 or 1, not {code}: {v:#}\nreceipt {rc:?}\n{}",
         context()
     );
     let want = if code == 0 {
@@ -303,23 +298,27 @@ fn check(w: &Watchdog, s: &mut Steps<'_>, status: std::process::ExitStatus, code
     };
     assert_eq!(v["verdict"], want, "{v:#}");
     if code == 0 {
-        assert_eq!(rc["quiescent"], true, "delete_allowed on {rc}");
+        assert!(rc.quiescent, "delete_allowed on {rc:?}");
     }
     // The kill bound limits the wait for the proof, never the killing: a
     // process the watchdog sealed without had its SIGKILL first (unless it
     // had exited already, unreaped: `Z`).
-    let killed: Vec<&Value> = of_kind(&recs, "signal_sweep")
+    let killed: Vec<&rea::vocab::Proc> = all!(recs, Event::SignalSweep)
         .into_iter()
-        .filter(|r| r["data"]["stage"] == "kill")
-        .flat_map(|r| r["data"]["targets"].as_array().unwrap())
+        .filter(|r| r.stage == Stage::Kill)
+        .flat_map(|r| r.targets.iter())
         .collect();
-    let alive = |u: &&Value| !matches!(u["data"]["state"].as_str(), Some("Z" | "X"));
-    for u in of_kind(&recs, "unkillable").into_iter().filter(alive) {
-        let p = &u["data"]["process"];
-        let same = |t: &&Value| t["pid"] == p["pid"] && t["start_time"] == p["start_time"];
+    let unkillable = all!(recs, Event::Unkillable);
+    for u in unkillable
+        .into_iter()
+        .filter(|u| !matches!(u.state.as_str(), "Z" | "X"))
+    {
+        let p = &u.process;
         assert!(
-            killed.iter().any(same),
-            "sealed without a process it never sent SIGKILL: {u}; {}",
+            killed
+                .iter()
+                .any(|t| t.pid == p.pid && t.start_time == p.start_time),
+            "sealed without a process it never sent SIGKILL: {u:?}; {}",
             context()
         );
     }
@@ -338,22 +337,22 @@ fn check(w: &Watchdog, s: &mut Steps<'_>, status: std::process::ExitStatus, code
         run_processes(&run).is_empty().then_some(())
     });
     if std::env::var_os("REA_SCHEDULE_VERBOSE").is_some_and(|v| v == "2") {
-        for r in &recs {
-            eprintln!("  {r}");
+        for r in &recs.recs {
+            eprintln!("  {r:?}");
         }
     }
     if std::env::var_os("REA_SCHEDULE_VERBOSE").is_some() {
         eprintln!(
-            "seed {:#x}: {} {:?} {:?} {} traced={:?} {}\n  {}\n  {codes:?}",
+            "seed {:#x}: {} {:?} {:?} {:?} traced={:?} {}\n  {}\n  {codes:?}",
             s.plan.seed,
             v["verdict"],
             reason_codes(&v),
-            rc["stop_reason"],
-            of_kind(&recs, "containment")[0]["data"]["mode"],
+            rc.stop_reason,
+            first!(recs, Event::Containment).mode,
             s.tracer.as_ref().map(|t| (&t.role, t.seized)),
-            of_kind(&recs, "stop_completed")
+            all!(recs, Event::StopCompleted)
                 .first()
-                .map(|r| r["data"].to_string())
+                .map(|r| format!("{r:?}"))
                 .unwrap_or_default(),
             s.plan.summary()
         );

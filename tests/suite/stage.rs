@@ -11,8 +11,12 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::harness::{output_within, Scratch, Watchdog, PATIENCE};
+use common::harness::{output_within, s, Scratch, Watchdog, PATIENCE};
 use common::schema::{compile, schema_errors};
+use common::typed::{all, Log};
+use rea::kinds::watchdog::Event;
+use rea::stage::decide::{EntryType, Refusal};
+use rea::stage::log::{DiscardDecided, Outcome, Removed, StageEvent};
 use serde_json::Value;
 
 const FILES: [&str; 4] = ["runtime.bin", "install.sh", "config.json", "data.tar"];
@@ -21,10 +25,6 @@ const PAUSE_UNLINK_ENV: &str = "REA_STAGE_PAUSE_BEFORE_UNLINK";
 
 fn stage_bin() -> &'static str {
     env!("CARGO_BIN_EXE_rea-stage")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// `rea-stage ARGS` → (exit code, stdout, stderr), bounded.
@@ -160,23 +160,37 @@ fn verify(log: &Path) -> (i32, Value) {
     (out.status.code().unwrap_or(-1), v)
 }
 
+/// The discard log, typed (each line also checked against
+/// stage-record.schema.json, as [`stage_records`] does).
+fn stage_log(log: &Path) -> Log<StageEvent> {
+    stage_records(log);
+    Log::read(log)
+}
+
 fn kinds(recs: &[Value]) -> Vec<&str> {
     recs.iter().map(|r| r["kind"].as_str().unwrap()).collect()
 }
 
-fn decision(recs: &[Value]) -> &Value {
-    let last = recs.last().unwrap();
-    assert_eq!(last["kind"], "discard_decided");
-    &last["data"]
+/// The decision: the discard log's last record, `discard_decided`.
+fn decision(log: &Log<StageEvent>) -> DiscardDecided {
+    match log.recs.last().map(|r| &r.event) {
+        Some(StageEvent::Decided(d)) => d.clone(),
+        _ => panic!(
+            "{}: the last record is not discard_decided: {:?}",
+            log.path.display(),
+            log.kinds()
+        ),
+    }
 }
 
-fn codes(d: &Value) -> Vec<String> {
-    d["reasons"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["code"].as_str().unwrap().to_string())
-        .collect()
+/// A refusal code as records spell it (`undeclared_entry`).
+fn code_name(r: &Refusal) -> String {
+    let v = serde_json::to_value(r.code).unwrap();
+    v.as_str().unwrap().to_string()
+}
+
+fn codes(d: &DiscardDecided) -> Vec<String> {
+    d.reasons.iter().map(code_name).collect()
 }
 
 /// A discard that must succeed: exit 0, the directory gone, the log verifies.
@@ -184,24 +198,25 @@ fn assert_discarded(f: &Fixture, files_left: usize) {
     let (code, out, err) = f.discard();
     assert_eq!(code, 0, "{out}{err}");
     assert!(!f.dir.exists(), "the stage must be gone");
-    let recs = stage_records(&f.log);
-    let d = decision(&recs);
-    assert_eq!(d["outcome"], "discarded");
-    assert_eq!(d["removed"], (files_left + 2) as u64);
-    assert_eq!(d["stage_removed"], true);
-    let removed: Vec<&Value> = recs.iter().filter(|r| r["kind"] == "removed").collect();
+    let log = stage_log(&f.log);
+    let d = decision(&log);
+    assert_eq!(d.outcome, Outcome::Discarded);
+    assert_eq!(d.removed, (files_left + 2) as u64);
+    assert!(d.stage_removed);
+    let removed = all!(log, StageEvent::Removed);
     assert_eq!(
         removed.len(),
         files_left + 3,
         "every entry, the receipt, the marker, the stage"
     );
     assert_eq!(
-        removed[files_left]["data"]["what"], "receipt",
+        removed[files_left].what,
+        Removed::Receipt,
         "the receipt after the uploads"
     );
-    assert_eq!(removed[files_left + 1]["data"]["what"], "marker");
-    assert_eq!(removed[files_left + 1]["data"]["name"], ".rea-discarding");
-    assert_eq!(removed[files_left + 2]["data"]["what"], "stage");
+    assert_eq!(removed[files_left + 1].what, Removed::Marker);
+    assert_eq!(removed[files_left + 1].name, ".rea-discarding");
+    assert_eq!(removed[files_left + 2].what, Removed::Stage);
     let (vc, v) = verify(&f.log);
     assert_eq!((vc, v["result"].as_str()), (0, Some("discarded")), "{v:#}");
     assert_eq!(
@@ -211,19 +226,19 @@ fn assert_discarded(f: &Fixture, files_left: usize) {
 }
 
 /// A discard that must be refused for `code`: exit 1, nothing changed.
-fn assert_refused(f: &Fixture, code: &str) -> Value {
+fn assert_refused(f: &Fixture, code: &str) -> DiscardDecided {
     let before = snapshot(f.scratch.dir.path());
     let (exit, out, err) = f.discard();
     let mut after = snapshot(f.scratch.dir.path());
     after.remove(&f.log);
     assert_eq!(before, after, "a refused discard must not change a byte");
     assert_eq!(exit, 1, "{out}{err}");
-    let recs = stage_records(&f.log);
-    let d = decision(&recs).clone();
-    assert_eq!(d["outcome"], "refused");
-    assert_eq!(d["removed"], 0);
-    assert!(codes(&d).contains(&code.to_string()), "want {code}: {d:#}");
-    assert!(!kinds(&recs).contains(&"discard_approved"));
+    let log = stage_log(&f.log);
+    let d = decision(&log);
+    assert_eq!(d.outcome, Outcome::Refused);
+    assert_eq!(d.removed, 0);
+    assert!(codes(&d).contains(&code.to_string()), "want {code}: {d:#?}");
+    assert!(!log.kinds().contains(&"discard_approved"));
     let (vc, v) = verify(&f.log);
     assert_eq!((vc, v["result"].as_str()), (1, Some("refused")), "{v:#}");
     let refusals: Vec<&str> = v["refusals"]
@@ -236,13 +251,11 @@ fn assert_refused(f: &Fixture, code: &str) -> Value {
     d
 }
 
-fn refusal<'a>(d: &'a Value, code: &str) -> &'a Value {
-    d["reasons"]
-        .as_array()
-        .unwrap()
+fn refusal<'a>(d: &'a DiscardDecided, code: &str) -> &'a Refusal {
+    d.reasons
         .iter()
-        .find(|r| r["code"] == code)
-        .unwrap()
+        .find(|r| code_name(r) == code)
+        .unwrap_or_else(|| panic!("no refusal {code}: {d:#?}"))
 }
 
 // ------------------------------------------------------------ discarded
@@ -270,20 +283,29 @@ fn untouched_stage_with_all_four_files_is_discarded() {
             "discard_decided"
         ]
     );
-    let inv = &recs[1]["data"]["entries"];
-    assert_eq!(inv.as_array().unwrap().len(), 5);
-    for e in inv.as_array().unwrap() {
-        assert_eq!(e["type"], "file");
-        if e["name"] == ".rea-before-transfer" {
-            assert_eq!(e["sha256"], f.hex.as_str());
+    let typed = stage_log(&f.log);
+    let inv = match typed.at(1) {
+        StageEvent::Inventoried(i) => i,
+        e => panic!("the second record is not stage_inventoried: {e:?}"),
+    };
+    assert_eq!(inv.entries.len(), 5);
+    for e in &inv.entries {
+        assert_eq!(e.kind, EntryType::File);
+        if e.name == ".rea-before-transfer" {
+            assert_eq!(e.sha256.as_deref(), Some(f.hex.as_str()));
         } else {
-            assert_eq!(e["sha256"], Value::Null, "uploads are never read");
+            assert_eq!(e.sha256, None, "uploads are never read");
         }
     }
-    assert_eq!(
-        recs[1]["data"]["receipt"]["files"],
-        serde_json::json!(FILES)
-    );
+    let files: Vec<&str> = inv
+        .receipt
+        .as_ref()
+        .expect("the receipt read")
+        .files
+        .iter()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(files, FILES);
 }
 
 /// `rea-audit show` reads a discard log as it reads a watchdog's: each
@@ -414,16 +436,13 @@ fn a_stage_full_of_hostile_names_is_refused_within_the_line_cap() {
         std::os::unix::fs::symlink("/nowhere", p).unwrap();
     }
     let d = assert_refused(&f, "undeclared_entry");
-    let reasons = d["reasons"].as_array().unwrap();
+    let reasons = &d.reasons;
     assert_eq!(reasons.len(), 65, "64 refusals and one summary");
     let last = reasons.last().unwrap();
-    assert_eq!(last["code"], "more_refusals");
-    assert!(
-        last["detail"].as_str().unwrap().starts_with("446 more"),
-        "{last}"
-    );
+    assert_eq!(code_name(last), "more_refusals");
+    assert!(last.detail.starts_with("446 more"), "{last:?}");
     for r in reasons {
-        let detail = r["detail"].as_str().unwrap();
+        let detail = &r.detail;
         assert!(!detail.contains("\\xff"), "no name in a detail: {detail}");
     }
 }
@@ -472,7 +491,10 @@ fn an_extra_file_is_refused() {
     let f = Fixture::new(&FILES);
     std::fs::write(f.dir.join("payload.so"), b"not declared").unwrap();
     let d = assert_refused(&f, "undeclared_entry");
-    assert_eq!(refusal(&d, "undeclared_entry")["name"], "payload.so");
+    assert_eq!(
+        refusal(&d, "undeclared_entry").name.as_deref(),
+        Some("payload.so")
+    );
 }
 
 #[test]
@@ -481,7 +503,7 @@ fn a_directory_is_refused() {
     std::fs::create_dir(f.dir.join(FILES[1])).unwrap();
     std::fs::write(f.dir.join(FILES[1]).join("inner"), b"x").unwrap();
     let d = assert_refused(&f, "not_regular");
-    assert_eq!(refusal(&d, "not_regular")["type"], "directory");
+    assert_eq!(refusal(&d, "not_regular").kind, Some(EntryType::Directory));
 }
 
 #[test]
@@ -491,7 +513,7 @@ fn a_symlink_is_refused() {
     std::fs::write(&outside, b"outside the stage").unwrap();
     std::os::unix::fs::symlink(&outside, f.dir.join(FILES[1])).unwrap();
     let d = assert_refused(&f, "not_regular");
-    assert_eq!(refusal(&d, "not_regular")["type"], "symlink");
+    assert_eq!(refusal(&d, "not_regular").kind, Some(EntryType::Symlink));
 }
 
 #[test]
@@ -499,7 +521,7 @@ fn a_hard_linked_file_is_refused() {
     let f = Fixture::new(&FILES[..2]);
     std::fs::hard_link(f.dir.join(FILES[1]), f.scratch.path("elsewhere")).unwrap();
     let d = assert_refused(&f, "hard_linked");
-    assert_eq!(refusal(&d, "hard_linked")["name"], FILES[1]);
+    assert_eq!(refusal(&d, "hard_linked").name.as_deref(), Some(FILES[1]));
 }
 
 #[test]
@@ -511,7 +533,7 @@ fn a_fifo_is_refused() {
     )
     .unwrap();
     let d = assert_refused(&f, "not_regular");
-    assert_eq!(refusal(&d, "not_regular")["type"], "fifo");
+    assert_eq!(refusal(&d, "not_regular").kind, Some(EntryType::Fifo));
 }
 
 #[test]
@@ -519,7 +541,7 @@ fn a_socket_is_refused() {
     let f = Fixture::new(&FILES[..1]);
     let _l = std::os::unix::net::UnixListener::bind(f.dir.join(FILES[1])).unwrap();
     let d = assert_refused(&f, "not_regular");
-    assert_eq!(refusal(&d, "not_regular")["type"], "socket");
+    assert_eq!(refusal(&d, "not_regular").kind, Some(EntryType::Socket));
 }
 
 #[test]
@@ -531,7 +553,7 @@ fn a_file_of_another_uid_is_refused() {
     let f = Fixture::new(&FILES[..2]);
     std::os::unix::fs::chown(f.dir.join(FILES[1]), Some(12345), None).unwrap();
     let d = assert_refused(&f, "foreign_uid");
-    assert_eq!(refusal(&d, "foreign_uid")["name"], FILES[1]);
+    assert_eq!(refusal(&d, "foreign_uid").name.as_deref(), Some(FILES[1]));
 }
 
 #[test]
@@ -580,7 +602,7 @@ fn a_stage_replaced_by_another_directory_with_the_receipt_copied_is_refused() {
     let d = assert_refused(&f, "identity_mismatch");
     assert!(
         codes(&d).contains(&"receipt_inode_mismatch".to_string()),
-        "{d:#}"
+        "{d:#?}"
     );
 }
 
@@ -614,7 +636,7 @@ fn a_missing_stage_and_a_symlinked_stage_are_refused() {
     let hex = rea::stage::sha256_hex(b"x");
     let (code, _, _) = discard(&scratch.path("nowhere"), &hex, &log);
     assert_eq!(code, 1);
-    assert_eq!(codes(decision(&stage_records(&log))), ["stage_unreachable"]);
+    assert_eq!(codes(&decision(&stage_log(&log))), ["stage_unreachable"]);
     assert_eq!(verify(&log).0, 1);
 
     let real = scratch.path("real");
@@ -624,7 +646,7 @@ fn a_missing_stage_and_a_symlinked_stage_are_refused() {
     let log = scratch.path("l2.jsonl");
     let (code, _, _) = discard(&link, &hex, &log);
     assert_eq!(code, 1);
-    assert_eq!(codes(decision(&stage_records(&log))), ["stage_unreachable"]);
+    assert_eq!(codes(&decision(&stage_log(&log))), ["stage_unreachable"]);
     assert!(real.join(".rea-before-transfer").exists());
 }
 
@@ -660,14 +682,13 @@ fn an_entry_added_while_discard_runs_is_never_forced() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert_eq!(std::fs::read(&late).unwrap(), b"uploaded while discarding");
     assert!(f.dir.is_dir(), "the stage is kept");
-    let recs = stage_records(&f.log);
-    let d = decision(&recs);
-    assert_eq!(d["outcome"], "refused");
-    assert_eq!(codes(d), ["concurrent_change"]);
-    assert_eq!(d["stage_removed"], false);
-    assert!(refusal(d, "concurrent_change")["detail"]
-        .as_str()
-        .unwrap()
+    let log = stage_log(&f.log);
+    let d = decision(&log);
+    assert_eq!(d.outcome, Outcome::Refused);
+    assert_eq!(codes(&d), ["concurrent_change"]);
+    assert!(!d.stage_removed);
+    assert!(refusal(&d, "concurrent_change")
+        .detail
         .contains("late-arrival"));
     let (vc, v) = verify(&f.log);
     assert_eq!((vc, v["result"].as_str()), (1, Some("refused")), "{v:#}");
@@ -787,12 +808,12 @@ fn a_stage_armed_after_the_listing_is_refused_and_every_file_kept() {
         !f.dir.join(".rea-discarding").exists(),
         "its marker is undone"
     );
-    let recs = stage_records(&f.log);
-    assert!(!kinds(&recs).contains(&"discard_approved"));
-    assert!(!kinds(&recs).contains(&"removed"));
-    let d = decision(&recs);
-    assert_eq!(codes(d), ["armed"]);
-    assert_eq!(d["removed"], 0);
+    let log = stage_log(&f.log);
+    assert!(!log.kinds().contains(&"discard_approved"));
+    assert!(!log.kinds().contains(&"removed"));
+    let d = decision(&log);
+    assert_eq!(codes(&d), ["armed"]);
+    assert_eq!(d.removed, 0);
     let (vc, v) = verify(&f.log);
     assert_eq!((vc, v["result"].as_str()), (1, Some("refused")), "{v:#}");
 }
@@ -1001,8 +1022,8 @@ fn the_real_watchdog_arms_the_stage_before_its_first_spawn() {
     assert!(out.status.success(), "{out:?}");
     assert!(w.close().status.success());
     assert!(w.wait(PATIENCE).success());
-    let recs = w.records();
-    let k: Vec<&str> = recs.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    let log = w.log();
+    let k = log.kinds();
     // The start records (the third is containment, docs/containment.md), then arming.
     assert_eq!(
         &k[..4],
@@ -1010,10 +1031,10 @@ fn the_real_watchdog_arms_the_stage_before_its_first_spawn() {
     );
     let first_spawn = k.iter().position(|k| *k == "job_spawned").unwrap();
     assert!(first_spawn > 3);
-    assert_eq!(
-        recs[3]["data"]["ino"],
-        std::fs::metadata(&marker).unwrap().ino()
-    );
+    match log.at(3) {
+        Event::StageArmed(a) => assert_eq!(a.ino, std::fs::metadata(&marker).unwrap().ino()),
+        e => panic!("the fourth record is not stage_armed: {e:?}"),
+    }
     let (code, v) = w.verify(&["--staging", s(&staging)]);
     assert_eq!(code, 0, "an armed stage's log still verifies: {v:#}");
 
@@ -1046,7 +1067,7 @@ fn the_real_watchdog_arms_the_stage_before_its_first_spawn() {
     let (code, _, err) = discard(&staging, &hex, &log);
     assert_eq!(code, 1, "{err}");
     assert_eq!(snapshot(&staging), before);
-    assert_eq!(codes(decision(&stage_records(&log))), ["armed"]);
+    assert_eq!(codes(&decision(&stage_log(&log))), ["armed"]);
     assert_eq!(verify(&log).1["result"], "refused");
 
     // A second run on the armed stage refuses to start.

@@ -24,13 +24,16 @@ use common::harness::*;
 use common::raw;
 use common::reuse::force_pid_reuse;
 use common::stop::*;
+use common::typed::{all, first, Log};
 use nix::sys::signal::Signal;
 use rea::kinds::watchdog::{
-    AskEnd, AskEnded, AskSpan, Event, Ident, Sig, SignalSweep, Stage, StopReason, Uncertainty,
+    AskEnd, AskEnded, AskSpan, Event, Ident, Receipt, Sig, SignalSweep, Stage, StopPriority,
+    StopReason, Uncertainty,
 };
 use rea::process::identity::Stat;
 use rea::process::pidfd::{bind, bind_ident, bind_unwaited_child, BindError, VerifiedPidFd};
 use rea::process::reap::Peek;
+use rea::protocol::{Op, RefusalReason};
 use rea::watchdog::stop::{Ask, Step, StopHost, Stopper};
 use serde_json::{json, Value};
 
@@ -60,10 +63,14 @@ fn deadline_stops_the_whole_tree() {
     let close = client_wait(&w, "close");
     assert!(close.status.success(), "{close:?}");
     assert!(w.wait(PATIENCE).success());
-    assert_positive_stop(&w, &sibling, "deadline");
-    let recs = w.records();
-    let trig = of_kind(&recs, "stop_triggered")[0]["data"].clone();
-    assert_eq!(trig["job"], 2, "the launcher's deadline passed: {trig}");
+    assert_positive_stop(&w, &sibling, StopReason::Deadline);
+    let log = w.log();
+    let trig = first!(log, Event::StopTriggered);
+    assert_eq!(
+        trig.job,
+        Some(2),
+        "the launcher's deadline passed: {trig:?}"
+    );
 }
 
 #[test]
@@ -80,7 +87,7 @@ fn caller_lost_stops_the_whole_tree() {
     let close = client_wait(&w, "close");
     assert!(close.status.success(), "{close:?}");
     assert!(w.wait(PATIENCE).success());
-    assert_positive_stop(&w, &sibling, "caller_lost");
+    assert_positive_stop(&w, &sibling, StopReason::CallerLost);
 }
 
 #[test]
@@ -95,20 +102,15 @@ fn abandoned_tree_is_stopped_when_its_leader_exits() {
     let close = client_wait(&w, "close");
     assert!(close.status.success(), "{close:?}");
     assert!(w.wait(PATIENCE).success());
-    assert_positive_stop(&w, &sibling, "abandoned");
-    let recs = w.records();
-    let trig = &of_kind(&recs, "stop_triggered")[0]["data"];
-    let listed: Vec<i64> = trig["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["pid"].as_i64().unwrap())
-        .collect();
+    assert_positive_stop(&w, &sibling, StopReason::Abandoned);
+    let log = w.log();
+    let trig = first!(log, Event::StopTriggered);
+    let listed: Vec<i32> = trig.processes.iter().map(|p| p.pid).collect();
     for role in ["escapee", "daemon", "termignore", "hopper", "chain0"] {
         let m = t.member(role);
         assert!(
-            listed.contains(&(m.pid as i64)),
-            "{role} ({}) is not listed as abandoned: {trig}",
+            listed.contains(&m.pid),
+            "{role} ({}) is not listed as abandoned: {trig:?}",
             m.pid
         );
     }
@@ -131,7 +133,7 @@ fn excess_output_stops_the_whole_tree() {
     let close = client_wait(&w, "close");
     assert!(close.status.success(), "{close:?}");
     assert!(w.wait(PATIENCE).success());
-    assert_positive_stop(&w, &sibling, "excess_output");
+    assert_positive_stop(&w, &sibling, StopReason::ExcessOutput);
     assert_eq!(of_kind(&w.records(), "output_capped").len(), 1);
 }
 
@@ -148,8 +150,8 @@ fn signal_to_the_watchdog_stops_the_whole_tree() {
     let out = t.submit_output();
     assert_eq!(out.status.code(), Some(124), "{out:?}");
     assert_eq!(w.sealed.as_ref().unwrap()["positive"], true);
-    assert_positive_stop(&w, &sibling, "signal");
-    assert_cont_only_to_the_stopped(&w.records(), &t.members);
+    assert_positive_stop(&w, &sibling, StopReason::Signal);
+    assert_cont_only_to_the_stopped(&w.log(), &t.members);
 }
 
 #[test]
@@ -166,7 +168,7 @@ fn stop_requested_stops_the_whole_tree() {
     let close = client_wait(&w, "close");
     assert!(close.status.success(), "{close:?}");
     assert!(w.wait(PATIENCE).success());
-    assert_positive_stop(&w, &sibling, "stop_requested");
+    assert_positive_stop(&w, &sibling, StopReason::StopRequested);
 }
 
 #[test]
@@ -188,7 +190,7 @@ fn close_while_running_stops_the_whole_tree() {
         c["head"].as_str(),
         "close printed the sealed head"
     );
-    assert_positive_stop(&w, &sibling, "close_while_running");
+    assert_positive_stop(&w, &sibling, StopReason::CloseWhileRunning);
 }
 
 /// Items 1 (mapping_refused) and 4: a descendant that switched to `nobody`
@@ -213,29 +215,32 @@ fn mapping_refused_for_a_descendant_that_changed_uid() {
         &strs(&launcher_argv(&[])),
     );
     assert_eq!(check.status.code(), Some(0), "{check:?}");
-    let done = wait_record(&w.audit_log, "stop_completed", |r| {
-        is_kind(r, "stop_completed")
-    });
-    assert_eq!(done["data"]["reason"], "mapping_refused", "{done}");
+    let done = match wait_record(&w.audit_log, "stop_completed", |e| {
+        matches!(e, Event::StopCompleted(_))
+    }) {
+        Event::StopCompleted(d) => d,
+        e => unreachable!("{e:?}"),
+    };
+    assert_eq!(done.reason, StopReason::MappingRefused, "{done:?}");
     // Only the uid-changed descendant is left: never signalled, the rest
     // of the tree was.
-    assert_eq!(done["data"]["left"], 1, "{done}");
+    assert_eq!(done.left, 1, "{done:?}");
     // The watchdog never signalled what it could not verify.
     assert!(
         !t.held.get("setuid").has_exited(),
         "the uid-changed descendant was killed by the watchdog"
     );
-    let recs = w.records();
+    let log = w.log();
     assert!(
-        !signalled_pids(&recs).contains(&(nobody.pid as i64)),
+        !signalled_pids(&log).contains(&nobody.pid),
         "a sweep targeted the uid-changed descendant"
     );
-    let unc: Vec<_> = of_kind(&recs, "mapping_uncertain")
+    let unc: Vec<_> = all!(log, Event::MappingUncertain)
         .into_iter()
-        .filter(|r| r["data"]["process"]["pid"] == nobody.pid)
+        .filter(|u| u.process.pid == nobody.pid)
         .collect();
     assert_eq!(unc.len(), 1, "one mapping_uncertain record for it: {unc:?}");
-    assert_eq!(unc[0]["data"]["reason"], "uid_mismatch");
+    assert_eq!(unc[0].reason, Uncertainty::UidMismatch);
     // Everything else of the tree is gone.
     let until = Instant::now() + PATIENCE;
     for (_, fd) in t.held.fds.iter().filter(|(m, _)| m.role != "setuid") {
@@ -259,12 +264,12 @@ fn mapping_refused_for_a_descendant_that_changed_uid() {
     );
     assert_eq!(json_out(&close)["positive"], false);
     assert_eq!(w.wait(PATIENCE).code(), Some(1));
-    let recs = w.records();
-    assert_one_stop(&recs, "mapping_refused");
-    let rc = receipt(&recs);
-    assert_eq!(rc["quiescent"], false, "{rc:#}");
+    let log = w.log();
+    assert_one_stop(&log, StopReason::MappingRefused);
+    let rc = log.receipt();
+    assert!(!rc.quiescent, "{rc:#?}");
     // One process, counted once however many sweeps met it.
-    assert_eq!(rc["uncertain_mappings"], 1, "{rc:#}");
+    assert_eq!(rc.uncertain_mappings, 1, "{rc:#?}");
     assert!(
         w.state_dir.join("tmp").exists(),
         "temp root kept while unproven"
@@ -749,7 +754,7 @@ fn the_watchdog_raises_its_priority_but_never_hands_it_on() {
             policy, SCHED_FIFO,
             "with CAP_SYS_NICE the watchdog runs at SCHED_FIFO"
         );
-        "fifo"
+        StopPriority::Fifo
     } else {
         assert_eq!(
             policy, mine.1,
@@ -760,9 +765,9 @@ fn the_watchdog_raises_its_priority_but_never_hands_it_on() {
             "never below the priority it was started with"
         );
         if nice < mine.0 {
-            "nice"
+            StopPriority::Nice
         } else {
-            "unchanged"
+            StopPriority::Unchanged
         }
     };
     let out = w.submit(
@@ -788,14 +793,14 @@ fn the_watchdog_raises_its_priority_but_never_hands_it_on() {
     });
     let stop = client_wait(&w, "stop");
     assert!(stop.status.success(), "{stop:?}");
-    let recs = w.records();
-    let first = of_kind(&recs, "stop_triggered")[0]["data"].clone();
-    assert_eq!(first["priority"], expected, "{first}");
+    let log = w.log();
+    let first = first!(log, Event::StopTriggered);
+    assert_eq!(first.priority, Some(expected), "{first:?}");
     assert_eq!(output_within(sleeper, PATIENCE).status.code(), Some(124));
     let close = client_wait(&w, "close");
     assert!(close.status.success(), "{close:?}");
     assert!(w.wait(PATIENCE).success());
-    assert_positive_stop(&w, &sibling, "stop_requested");
+    assert_positive_stop(&w, &sibling, StopReason::StopRequested);
     sibling.assert_alive();
 }
 
@@ -858,21 +863,24 @@ fn a_request_from_a_stale_caller_identity_is_refused() {
         assert_eq!(replies[0]["reason"], "caller_mismatch", "{replies:?}");
     }
     assert!(!r.fd.has_exited(), "the newcomer must be alive");
-    let recs = w.records();
-    let refused: Vec<_> = of_kind(&recs, "request_refused")
+    let log = w.log();
+    let refused: Vec<_> = all!(log, Event::RequestRefused)
         .iter()
-        .map(|r| r["data"]["reason"].as_str().unwrap().to_string())
+        .map(|r| r.reason)
         .collect();
-    assert_eq!(refused, vec!["caller_mismatch", "caller_mismatch"]);
+    assert_eq!(
+        refused,
+        vec![RefusalReason::CallerMismatch, RefusalReason::CallerMismatch]
+    );
     assert!(
-        of_kind(&recs, "job_spawned").is_empty(),
+        all!(log, Event::JobSpawned).is_empty(),
         "nothing was launched"
     );
     assert!(
-        of_kind(&recs, "stop_triggered").is_empty(),
+        all!(log, Event::StopTriggered).is_empty(),
         "nothing was stopped"
     );
-    assert!(!signalled_pids(&recs).contains(&(r.stale.pid as i64)));
+    assert!(!signalled_pids(&log).contains(&r.stale.pid));
     let close = client_wait(&w, "close");
     assert!(close.status.success(), "{close:?}");
     assert!(w.wait(PATIENCE).success());
@@ -908,23 +916,23 @@ fn stop_twice_then_close_is_one_stop_and_one_receipt() {
     let close = client_wait(&w, "close");
     assert!(close.status.success(), "{close:?}");
     assert!(w.wait(PATIENCE).success());
-    let recs = w.records();
+    let log = w.log();
     assert_eq!(
-        triggers(&recs),
+        triggers(&log),
         vec![
-            ("stop_requested".to_string(), true),
-            ("stop_requested".to_string(), false)
+            (StopReason::StopRequested, true),
+            (StopReason::StopRequested, false)
         ]
     );
     assert_eq!(
-        of_kind(&recs, "job_spawned").len(),
+        all!(log, Event::JobSpawned).len(),
         1,
         "nothing launched after the stop"
     );
-    assert!(of_kind(&recs, "request_refused")
+    assert!(all!(log, Event::RequestRefused)
         .iter()
-        .any(|r| r["data"]["reason"] == "aborted"));
-    assert_positive_stop(&w, &sibling, "stop_requested");
+        .any(|r| r.reason == RefusalReason::Aborted));
+    assert_positive_stop(&w, &sibling, StopReason::StopRequested);
 }
 
 #[test]
@@ -935,8 +943,8 @@ fn sigterm_twice_is_one_stop_and_one_receipt() {
     let mut w = Watchdog::start(&["--term-grace", "3s"]);
     let mut t = Nasty::start(&w, &sibling, &[], "wait");
     w.signal(Signal::SIGTERM);
-    wait_record(&w.audit_log, "the first stop_triggered", |r| {
-        is_kind(r, "stop_triggered")
+    wait_record(&w.audit_log, "the first stop_triggered", |e| {
+        matches!(e, Event::StopTriggered(_))
     });
     w.signal(Signal::SIGTERM);
     let st = w.wait(PATIENCE);
@@ -944,12 +952,11 @@ fn sigterm_twice_is_one_stop_and_one_receipt() {
     t.assert_gone(&sibling, &w.run_id());
     let out = t.submit_output();
     assert_eq!(out.status.code(), Some(124), "{out:?}");
-    let recs = w.records();
     assert_eq!(
-        triggers(&recs),
-        vec![("signal".to_string(), true), ("signal".to_string(), false)]
+        triggers(&w.log()),
+        vec![(StopReason::Signal, true), (StopReason::Signal, false)]
     );
-    assert_positive_stop(&w, &sibling, "signal");
+    assert_positive_stop(&w, &sibling, StopReason::Signal);
 }
 
 #[test]
@@ -960,17 +967,23 @@ fn close_and_sigterm_during_a_stop_change_nothing() {
     let mut w = Watchdog::start(&["--term-grace", "3s"]);
     let mut t = Nasty::start(&w, &sibling, &[], "wait");
     let stop = client_bg(&w, "stop");
-    wait_record(&w.audit_log, "the stop_requested trigger", |r| {
-        is_kind(r, "stop_triggered") && r["data"]["reason"] == "stop_requested"
-    });
+    wait_record(
+        &w.audit_log,
+        "the stop_requested trigger",
+        |e| matches!(e, Event::StopTriggered(t) if t.reason == StopReason::StopRequested),
+    );
     let close = client_bg(&w, "close");
-    wait_record(&w.audit_log, "the close request", |r| {
-        is_kind(r, "request_received") && r["data"]["op"] == "close"
-    });
+    wait_record(
+        &w.audit_log,
+        "the close request",
+        |e| matches!(e, Event::RequestReceived(r) if r.op == Some(Op::Close)),
+    );
     w.signal(Signal::SIGTERM);
-    wait_record(&w.audit_log, "the signal trigger", |r| {
-        is_kind(r, "stop_triggered") && r["data"]["reason"] == "signal"
-    });
+    wait_record(
+        &w.audit_log,
+        "the signal trigger",
+        |e| matches!(e, Event::StopTriggered(t) if t.reason == StopReason::Signal),
+    );
     let stop = output_within(stop, PATIENCE);
     assert!(stop.status.success(), "{stop:?}");
     assert_eq!(json_out(&stop)["reason"], "stop_requested");
@@ -983,15 +996,14 @@ fn close_and_sigterm_during_a_stop_change_nothing() {
     t.assert_gone(&sibling, &w.run_id());
     let out = t.submit_output();
     assert_eq!(out.status.code(), Some(124), "{out:?}");
-    let recs = w.records();
     assert_eq!(
-        triggers(&recs),
+        triggers(&w.log()),
         vec![
-            ("stop_requested".to_string(), true),
-            ("signal".to_string(), false)
+            (StopReason::StopRequested, true),
+            (StopReason::Signal, false)
         ]
     );
-    assert_positive_stop(&w, &sibling, "stop_requested");
+    assert_positive_stop(&w, &sibling, StopReason::StopRequested);
 }
 
 // ----- 6. controller SIGKILL ---------------------------------------------
@@ -1111,21 +1123,21 @@ impl Controller {
         assert!(left.is_empty(), "clients left: {left:?}");
     }
 
-    fn records(&self) -> Vec<Value> {
-        records(&self.audit_log)
+    fn log(&self) -> Log {
+        Log::read(&self.audit_log)
     }
 
     /// docs/verdict.md for a dead controller: a sealed receipt, nothing left, retain.
-    fn assert_evidence_retain(&self, first: &str) -> Value {
-        let recs = self.records();
-        let done = assert_one_stop(&recs, first);
-        assert_eq!(done["left"], 0, "{done}");
-        let rc = receipt(&recs);
-        assert_eq!(rc["quiescent"], true, "{rc:#}");
-        assert_eq!(rc["no_live_or_waitable_descendants"], true, "{rc:#}");
-        assert_eq!(rc["root_alive"], false, "{rc:#}");
+    fn assert_evidence_retain(&self, first: StopReason) -> Receipt {
+        let log = self.log();
+        let done = assert_one_stop(&log, first);
+        assert_eq!(done.left, 0, "{done:?}");
+        let rc = log.receipt().clone();
+        assert!(rc.quiescent, "{rc:#?}");
+        assert!(rc.no_live_or_waitable_descendants, "{rc:#?}");
+        assert!(!rc.root_alive, "{rc:#?}");
         assert!(
-            triggers(&recs).iter().any(|t| t.0 == "root_lost"),
+            triggers(&log).iter().any(|t| t.0 == StopReason::RootLost),
             "root_lost recorded"
         );
         let (code, v) = verify_log(
@@ -1171,8 +1183,8 @@ fn root_lost_controller_killed_during_a_phase() {
     assert!(oracle.wait_eof(PATIENCE), "a tree member survived");
     let left = held.wait_all_exited(PATIENCE);
     assert!(left.is_empty(), "{left:?}");
-    let rc = c.assert_evidence_retain("root_lost");
-    assert_eq!(rc["counts"]["jobs"], 1);
+    let rc = c.assert_evidence_retain(StopReason::RootLost);
+    assert_eq!(rc.counts.jobs, 1);
     sibling.assert_alive();
 }
 
@@ -1182,8 +1194,8 @@ fn controller_killed_while_idle() {
     let mut c = Controller::start(&[]);
     c.kill();
     c.wait_all();
-    let rc = c.assert_evidence_retain("root_lost");
-    assert_eq!(rc["counts"]["jobs"], 0);
+    let rc = c.assert_evidence_retain(StopReason::RootLost);
+    assert_eq!(rc.counts.jobs, 0);
     sibling.assert_alive();
 }
 
@@ -1205,31 +1217,32 @@ fn controller_killed_during_a_nested_launcher() {
         "3600".into(),
     ];
     c.submit("install", &phase);
-    let launcher = wait_record(&c.audit_log, "the nested launcher's job_spawned", |r| {
-        is_kind(r, "job_spawned") && r["data"]["name"] == "launcher-1"
+    let launcher = wait_spawned(&c.audit_log, "the nested launcher's job_spawned", |j| {
+        j.name.as_deref() == Some("launcher-1")
     });
-    let phase_rec = records(&c.audit_log)
+    let log = c.log();
+    let phase_rec = all!(log, Event::JobSpawned)
         .into_iter()
-        .find(|r| is_kind(r, "job_spawned") && r["data"]["name"] == "install")
+        .find(|j| j.name.as_deref() == Some("install"))
         .unwrap();
     let mut held = Held::default();
-    held.add("phase", job_ident(&phase_rec));
+    held.add("phase", job_ident(phase_rec));
     held.add("launcher", job_ident(&launcher));
-    let caller = &launcher["data"]["caller"];
+    let caller = launcher.caller.expect("the launcher's caller");
     held.add(
         "nested-submit",
         Ident {
-            pid: caller["pid"].as_i64().unwrap() as i32,
-            start_time: caller["start_time"].as_u64().unwrap(),
-            uid: caller["uid"].as_u64().unwrap() as u32,
+            pid: caller.pid,
+            start_time: caller.start_time,
+            uid: caller.uid,
         },
     );
     c.kill();
     c.wait_all();
     let left = held.wait_all_exited(PATIENCE);
     assert!(left.is_empty(), "{left:?}");
-    let rc = c.assert_evidence_retain("root_lost");
-    assert_eq!(rc["counts"]["jobs"], 2);
+    let rc = c.assert_evidence_retain(StopReason::RootLost);
+    assert_eq!(rc.counts.jobs, 2);
     sibling.assert_alive();
 }
 
@@ -1243,37 +1256,38 @@ fn controller_killed_during_the_term_grace() {
     let held = Held::bind_all(&members);
     c.command(json!({"op": "stop"}));
     // termignore outlives the TERM sweep, so the 3 s grace runs in full.
-    wait_record(&c.audit_log, "the TERM sweep", |r| {
-        is_kind(r, "signal_sweep") && r["data"]["stage"] == "term"
-    });
+    wait_record(
+        &c.audit_log,
+        "the TERM sweep",
+        |e| matches!(e, Event::SignalSweep(s) if s.stage == Stage::Term),
+    );
     c.kill();
     c.wait_all();
     assert!(oracle.wait_eof(PATIENCE), "a tree member survived");
     let left = held.wait_all_exited(PATIENCE);
     assert!(left.is_empty(), "{left:?}");
-    let recs = c.records();
+    let log = c.log();
     // The controller died mid-grace: its root_lost came before any KILL sweep.
-    let seq_of = |pred: &dyn Fn(&Value) -> bool| {
-        recs.iter()
-            .find(|r| pred(r))
-            .map(|r| r["seq"].as_u64().unwrap())
-    };
-    let lost = seq_of(&|r| is_kind(r, "stop_triggered") && r["data"]["reason"] == "root_lost")
-        .expect("root_lost recorded");
-    let kill = seq_of(&|r| is_kind(r, "signal_sweep") && r["data"]["stage"] == "kill")
-        .expect("a KILL sweep (termignore needs one)");
+    let lost = log.seq_of(
+        "root_lost stop_triggered",
+        |e| matches!(e, Event::StopTriggered(t) if t.reason == StopReason::RootLost),
+    );
+    let kill = log.seq_of(
+        "KILL sweep (termignore needs one)",
+        |e| matches!(e, Event::SignalSweep(s) if s.stage == Stage::Kill),
+    );
     assert!(
         lost < kill,
         "root_lost at seq {lost}, first KILL sweep at {kill}"
     );
     assert_eq!(
-        triggers(&recs),
+        triggers(&log),
         vec![
-            ("stop_requested".to_string(), true),
-            ("root_lost".to_string(), false)
+            (StopReason::StopRequested, true),
+            (StopReason::RootLost, false)
         ]
     );
-    c.assert_evidence_retain("stop_requested");
+    c.assert_evidence_retain(StopReason::StopRequested);
     sibling.assert_alive();
 }
 
@@ -1288,9 +1302,7 @@ fn watchdog_sigkill_during_a_phase_leaves_no_receipt() {
         &["--name", "launcher", "--deadline", "200s"],
         &strs(&launcher_argv(&["--sleep", "3600"])),
     );
-    let rec = wait_record(&w.audit_log, "job 2 spawned", |r| {
-        is_kind(r, "job_spawned") && r["data"]["job"] == 2
-    });
+    let rec = wait_spawned(&w.audit_log, "job 2 spawned", |j| j.job == 2);
     t.held.add("launcher", job_ident(&rec));
     w.signal(Signal::SIGKILL);
     let st = w.wait(PATIENCE);

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use common::harness::*;
 use common::stop::*;
+use common::typed::{all, first, Log};
+use rea::kinds::watchdog::{ContainMode, Event, StopReason};
 
 #[test]
 #[ignore = "runs alone: tools/test runs it after the rest, in both modes"]
@@ -57,7 +59,7 @@ fn a_fork_storm_of_2000_is_contained_within_the_kill_bound() {
     );
     let built = t0.elapsed();
     let stop = client_wait(&w, "stop");
-    eprintln!("{}", sweep_summary(&w.records()));
+    eprintln!("{}", sweep_summary(&w.log()));
     assert!(stop.status.success(), "{stop:?}");
     assert_eq!(json_out(&stop)["quiescent"], true, "{stop:?}");
     assert!(
@@ -70,18 +72,15 @@ fn a_fork_storm_of_2000_is_contained_within_the_kill_bound() {
     let close = client_wait(&w, "close");
     assert!(close.status.success(), "{close:?}");
     assert!(w.wait(PATIENCE).success());
-    let done = assert_positive_stop(&w, &sibling, "stop_requested");
-    let recs = w.records();
-    let sweeps = of_kind(&recs, "signal_sweep");
-    let targets: usize = sweeps
+    let done = assert_positive_stop(&w, &sibling, StopReason::StopRequested);
+    let log = w.log();
+    let sweeps = all!(log, Event::SignalSweep);
+    let targets: usize = sweeps.iter().map(|s| s.targets.len()).sum();
+    let reaped: usize = all!(log, Event::Reaped)
         .iter()
-        .map(|r| r["data"]["targets"].as_array().unwrap().len())
+        .map(|r| r.processes.len())
         .sum();
-    let reaped: usize = of_kind(&recs, "reaped")
-        .iter()
-        .map(|r| r["data"]["processes"].as_array().unwrap().len())
-        .sum();
-    let rc = receipt(&recs);
+    let rc = log.receipt();
     // Figures for the report (not a timed assertion: the proof is `left`
     // 0 with ECHILD and an empty scan before the kill bound ran out).
     eprintln!(
@@ -89,10 +88,10 @@ fn a_fork_storm_of_2000_is_contained_within_the_kill_bound() {
          elapsed_ms={} in {} sweep(s) ({} records, {targets} targets), {reaped} orphans reaped, \
          signals={} (receipt counts)",
         built.as_secs_f64(),
-        done["elapsed_ms"],
-        done["sweeps"],
+        done.elapsed_ms,
+        done.sweeps,
         sweeps.len(),
-        rc["counts"]["signals"],
+        rc.counts.signals,
     );
     // cgroup mode (docs/containment.md): the TERM sweep ends at the grace and
     // cgroup.kill goes out at once. BENCHMARKS.md holds the strict figure
@@ -100,14 +99,11 @@ fn a_fork_storm_of_2000_is_contained_within_the_kill_bound() {
     // exits take longer, see its notes); here a bound a loaded 2-core box
     // cannot miss, which the 6 s of a TERM sweep starved past the grace
     // (before the cut) and the 4 s of an unfrozen one do.
-    let past = done["elapsed_ms"]
-        .as_u64()
-        .unwrap()
-        .saturating_sub(GRACE_MS);
-    let contained = of_kind(&recs, "containment")[0]["data"]["mode"].clone();
-    eprintln!("STORM: mode {contained}: stop done {past} ms past the {GRACE_MS} ms grace");
-    if contained == "cgroup" {
-        assert_eq!(of_kind(&recs, "group_kill").len(), 1);
+    let past = done.elapsed_ms.saturating_sub(GRACE_MS);
+    let contained = first!(log, Event::Containment).mode;
+    eprintln!("STORM: mode {contained:?}: stop done {past} ms past the {GRACE_MS} ms grace");
+    if contained == ContainMode::Cgroup {
+        assert_eq!(all!(log, Event::GroupKill).len(), 1);
         assert!(past <= 1500, "stop done {past} ms past the grace");
     }
     sibling.assert_alive();
@@ -124,32 +120,31 @@ fn descendant_count(pid: i32) -> usize {
 
 /// One line per signal sweep (time since the trigger, stage, targets,
 /// closure members not signalled) and the stop_completed record.
-fn sweep_summary(recs: &[serde_json::Value]) -> String {
-    let t0 = recs
+fn sweep_summary(log: &Log) -> String {
+    let t0 = log
+        .recs
         .iter()
-        .find(|r| r["kind"] == "stop_triggered")
-        .and_then(|r| r["mono_ns"].as_u64())
-        .unwrap_or(0);
+        .find(|r| matches!(r.event, Event::StopTriggered(_)))
+        .map_or(0, |r| r.mono_ns);
     let mut out = String::from("STORM sweeps:\n");
-    for r in recs {
-        let ms = r["mono_ns"].as_u64().unwrap_or(0).saturating_sub(t0) / 1_000_000;
-        let d = &r["data"];
-        match r["kind"].as_str() {
-            Some("signal_sweep") => out.push_str(&format!(
-                "  +{ms}ms sweep {} part {} {} targets={} others={}\n",
-                d["sweep"],
-                d["part"],
-                d["stage"],
-                d["targets"].as_array().map_or(0, |a| a.len()),
-                d["others"].as_array().map_or(0, |a| a.len()),
+    for r in &log.recs {
+        let ms = r.mono_ns.saturating_sub(t0) / 1_000_000;
+        match &r.event {
+            Event::SignalSweep(d) => out.push_str(&format!(
+                "  +{ms}ms sweep {} part {} {:?} targets={} others={}\n",
+                d.sweep,
+                d.part,
+                d.stage,
+                d.targets.len(),
+                d.others.len(),
             )),
-            Some("mapping_uncertain") => out.push_str(&format!("  +{ms}ms uncertain {d}\n")),
-            Some("signal_failed") => out.push_str(&format!("  +{ms}ms signal_failed {d}\n")),
-            Some("group_kill") => out.push_str(&format!(
+            Event::MappingUncertain(d) => out.push_str(&format!("  +{ms}ms uncertain {d:?}\n")),
+            Event::SignalFailed(d) => out.push_str(&format!("  +{ms}ms signal_failed {d:?}\n")),
+            Event::GroupKill(d) => out.push_str(&format!(
                 "  +{ms}ms group_kill ({} members)\n",
-                d["members"].as_array().map_or(0, |a| a.len())
+                d.members.len()
             )),
-            Some("stop_completed") => out.push_str(&format!("  +{ms}ms completed {d}\n")),
+            Event::StopCompleted(d) => out.push_str(&format!("  +{ms}ms completed {d:?}\n")),
             _ => {}
         }
     }

@@ -14,7 +14,9 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::harness::*;
+use common::typed::{all, first, Log};
 use nix::sys::signal::Signal;
+use rea::kinds::watchdog::{AskEnd, AskSpan, ContainMode, ContainRequest, Event, Sig, Stage};
 
 /// A scratch directory holding `timeout`, a symlink to the watchdog, and
 /// the logs (TMPDIR).
@@ -102,8 +104,14 @@ fn the_commands_status_passes_through_and_a_log_is_written() {
     assert_eq!(logs.len(), 1, "{logs:?}");
     let (code, v) = verify_log(&logs[0], &[]);
     assert_eq!(code, 0, "{v:#}");
-    let recs = records(&logs[0]);
-    assert_eq!(recs[1]["data"]["source"], "unwatched", "no root bound");
+    match crate::common::typed::Log::<rea::kinds::watchdog::Event>::read(&logs[0]).at(1) {
+        rea::kinds::watchdog::Event::RootBound(r) => assert_eq!(
+            r.source,
+            rea::kinds::watchdog::RootSource::Unwatched,
+            "no root bound: {r:?}"
+        ),
+        e => panic!("the second record is not root_bound: {e:?}"),
+    }
     // And as a subcommand.
     let out = Command::new(watchdog_bin())
         .args(["timeout", "10", "sh", "-c", "exit 4"])
@@ -131,11 +139,12 @@ fn rea_contain_picks_timeouts_containment() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let logs = t.logs();
     assert_eq!(logs.len(), 1, "{logs:?}");
-    let c = of_kind(&logs[0], "containment")[0].clone();
+    let recs = typed(&logs[0]);
+    let c = first!(recs, Event::Containment);
     assert_eq!(
-        (c["requested"].as_str(), c["mode"].as_str()),
-        (Some("none"), Some("none")),
-        "{c}"
+        (c.requested, c.mode),
+        (ContainRequest::None, ContainMode::None),
+        "{c:?}"
     );
     let marker = t.scratch.path("launched");
     let out = output_within(
@@ -476,13 +485,9 @@ fn as_pid_1_a_time_out_is_124() {
     assert_eq!(out.status.code(), Some(124), "{out:?}");
 }
 
-/// The data of each of a log's records of `kind`.
-fn of_kind(log: &std::path::Path, kind: &str) -> Vec<serde_json::Value> {
-    records(log)
-        .into_iter()
-        .filter(|r| r["kind"] == kind)
-        .map(|r| r["data"].clone())
-        .collect()
+/// A log's records, typed.
+fn typed(log: &std::path::Path) -> Log {
+    Log::read(log)
 }
 
 /// coreutils' `-s0 -k1`: signal 0 is only a probe, so the command lives
@@ -502,23 +507,18 @@ fn signal_0_then_kill_after_is_137() {
     let log = &t.logs()[0];
     let (code, v) = verify_log(log, &[]);
     assert_eq!(code, 0, "{v:#}");
-    let sweeps = of_kind(log, "signal_sweep");
-    let stages: Vec<&str> = sweeps
-        .iter()
-        .map(|s| s["stage"].as_str().unwrap())
-        .collect();
-    assert_eq!(stages.first(), Some(&"ask"), "{sweeps:#?}");
-    assert!(!stages.contains(&"term"), "{sweeps:#?}");
-    assert!(stages.contains(&"kill"), "{sweeps:#?}");
-    assert_eq!(sweeps[0]["signals"], serde_json::json!(["SIG0", "SIGCONT"]));
-    let ended = of_kind(log, "ask_ended");
+    let recs = typed(log);
+    let sweeps = all!(recs, Event::SignalSweep);
+    let stages: Vec<Stage> = sweeps.iter().map(|s| s.stage).collect();
+    assert_eq!(stages.first(), Some(&Stage::Ask), "{sweeps:#?}");
+    assert!(!stages.contains(&Stage::Term), "{sweeps:#?}");
+    assert!(stages.contains(&Stage::Kill), "{sweeps:#?}");
+    assert_eq!(sweeps[0].signals, [Sig::from_number(0).unwrap(), Sig::CONT]);
+    let ended = all!(recs, Event::AskEnded);
     assert_eq!(ended.len(), 1);
-    assert_eq!(ended[0]["reason"], "kill_after");
-    let started = &of_kind(log, "run_started")[0];
-    assert_eq!(
-        started["bounds"]["ask"],
-        serde_json::json!({"kill_after_ms": 500})
-    );
+    assert_eq!(ended[0].reason, AskEnd::KillAfter);
+    let started = first!(recs, Event::RunStarted);
+    assert_eq!(started.bounds.ask, AskSpan::KillAfterMs(500));
 }
 
 /// Without `-k`, a command that takes its time over the signal is waited
@@ -540,14 +540,15 @@ fn without_k_a_slow_command_is_waited_for() {
     assert_eq!(code, 0, "{v:#}");
     // The leader's own exit ended the stop (an ask_ended says so, unless
     // nothing was left at all): no KILL, no TERM sweep.
-    for e in of_kind(log, "ask_ended") {
-        assert_eq!(e["reason"], "leaders_exited");
+    let recs = typed(log);
+    for e in all!(recs, Event::AskEnded) {
+        assert_eq!(e.reason, AskEnd::LeadersExited);
     }
-    let sweeps = of_kind(log, "signal_sweep");
-    assert!(sweeps.iter().all(|s| s["stage"] == "ask"), "{sweeps:#?}");
+    let sweeps = all!(recs, Event::SignalSweep);
+    assert!(sweeps.iter().all(|s| s.stage == Stage::Ask), "{sweeps:#?}");
     assert_eq!(
-        of_kind(log, "run_started")[0]["bounds"]["ask"],
-        "until_exit"
+        first!(recs, Event::RunStarted).bounds.ask,
+        AskSpan::UntilExit
     );
 }
 
@@ -567,9 +568,11 @@ fn any_signal_may_be_the_s_signal() {
     let log = &t.logs()[0];
     let (code, v) = verify_log(log, &[]);
     assert_eq!(code, 0, "{v:#}");
-    let ask = &of_kind(log, "signal_sweep")[0];
-    assert_eq!(ask["signals"], serde_json::json!(["SIGRTMIN+2", "SIGCONT"]));
-    assert_eq!(of_kind(log, "job_spawned")[0]["stop_signal"], "SIGRTMIN+2");
+    let recs = typed(log);
+    let ask = first!(recs, Event::SignalSweep);
+    let rtmin2 = Sig::from_name("SIGRTMIN+2").unwrap();
+    assert_eq!(ask.signals, [rtmin2, Sig::CONT]);
+    assert_eq!(first!(recs, Event::JobSpawned).stop_signal, rtmin2);
 
     assert_eq!(
         t.code(&["-s", "STOP", "-k", "0.3", "0.1", "sleep", "60"]),
@@ -622,7 +625,8 @@ fn a_signal_to_timeout_stops_even_when_s_is_only_a_probe() {
     let log = &t.logs()[0];
     let (code, v) = verify_log(log, &[]);
     assert_eq!(code, 0, "{v:#}");
-    assert_eq!(of_kind(log, "ask_ended")[0]["reason"], "half_grace");
+    let recs = typed(log);
+    assert_eq!(first!(recs, Event::AskEnded).reason, AskEnd::HalfGrace);
 }
 
 /// Under `--foreground` the job shares its caller's session: a process the
@@ -672,12 +676,15 @@ fn an_inherited_process_asking_is_not_the_foreground_jobs() {
     );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let log = &t.logs()[0];
-    let spawned = of_kind(log, "job_spawned");
+    let recs = typed(log);
+    let spawned = all!(recs, Event::JobSpawned);
     assert_eq!(spawned.len(), 2, "{spawned:#?}");
-    assert_eq!(spawned[1]["name"], "inherited");
+    assert_eq!(spawned[1].name.as_deref(), Some("inherited"));
+    // (No caller_job key at all: Log::read holds the line to the writer's
+    // encoding, which leaves the key out when it is None.)
     assert!(
-        spawned[1].get("caller_job").is_none(),
-        "an inherited process is not the job's: {:#}",
+        spawned[1].caller_job.is_none(),
+        "an inherited process is not the job's: {:#?}",
         spawned[1]
     );
 }

@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use common::harness::*;
 use common::raw::*;
+use common::typed::{all, wait_for_log, Log};
 use nix::sys::signal::Signal;
-use rea::kinds::watchdog::Ident;
+use rea::kinds::watchdog::{Event, Ident, Outcome, Status, StopReason, Stream};
 use rea::process::pidfd::bind_ident;
+use rea::protocol::Capture;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -70,13 +72,6 @@ fn close_allowed(w: &mut Watchdog) -> (Value, Value) {
     (c, v)
 }
 
-fn data<'a>(recs: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    of_kind(recs, kind)
-        .into_iter()
-        .map(|r| &r["data"])
-        .collect()
-}
-
 // ----- an install phase with nested launchers ---------------------------------
 
 fn install_phase(parallel: bool) {
@@ -108,50 +103,54 @@ fn install_phase(parallel: bool) {
     assert_eq!(c["outcome"], "closed");
     assert!(c["stop_reason"].is_null());
 
-    let recs = w.records();
+    let recs = w.log();
     let wd = w.pid();
-    let spawned = data(&recs, "job_spawned");
+    let spawned = all!(recs, Event::JobSpawned);
     assert_eq!(spawned.len(), 4, "{spawned:#?}");
-    let phase = spawned
+    let phase = *spawned
         .iter()
-        .find(|j| j["name"] == "install")
+        .find(|j| j.name.as_deref() == Some("install"))
         .expect("the phase's job");
+    let caller_pid = |j: &rea::kinds::watchdog::JobSpawned| j.caller.map(|c| c.pid);
     // The phase: the watchdog's child in its own session, asked for by the
     // test's submit.
-    assert_eq!(phase["ppid"], wd, "{phase}");
-    assert_eq!(phase["sid"], phase["pid"], "{phase}");
-    assert_eq!(phase["caller"]["pid"], submit_pid, "{phase}");
-    assert_eq!(phase["argv"][1], fixture("phase.py"));
+    assert_eq!(phase.ppid, wd, "{phase:?}");
+    assert_eq!(phase.sid, phase.pid, "{phase:?}");
+    assert_eq!(caller_pid(phase), Some(submit_pid), "{phase:?}");
+    assert_eq!(phase.argv.get(1), Some(&fixture("phase.py")));
     let mut names = Vec::new();
-    for l in spawned.iter().filter(|j| j["name"] != "install") {
+    for l in spawned
+        .iter()
+        .filter(|j| j.name.as_deref() != Some("install"))
+    {
         // Each launcher: the watchdog's child (a sibling of the phase, not
         // its child) in a session of its own.
-        assert_eq!(l["ppid"], wd, "the launcher's parent is the watchdog: {l}");
-        assert_ne!(l["ppid"], phase["pid"], "{l}");
-        assert_eq!(l["sid"], l["pid"], "its own session: {l}");
-        assert_ne!(l["sid"], phase["sid"], "{l}");
-        assert_eq!(l["argv"][1], fixture("launcher.py"));
+        assert_eq!(l.ppid, wd, "the launcher's parent is the watchdog: {l:?}");
+        assert_ne!(l.ppid, phase.pid, "{l:?}");
+        assert_eq!(l.sid, l.pid, "its own session: {l:?}");
+        assert_ne!(l.sid, phase.sid, "{l:?}");
+        assert_eq!(l.argv.get(1), Some(&fixture("launcher.py")));
         // Its caller was the phase's nested `submit`, not the test.
-        assert_ne!(l["caller"]["pid"], submit_pid, "{l}");
-        assert_ne!(l["caller"]["pid"], phase["pid"], "{l}");
-        names.push(l["name"].as_str().unwrap().to_string());
+        assert_ne!(caller_pid(l), Some(submit_pid), "{l:?}");
+        assert_ne!(caller_pid(l), Some(phase.pid), "{l:?}");
+        names.push(l.name.clone().expect("a launcher's name"));
     }
     names.sort();
     assert_eq!(names, ["launcher-1", "launcher-2", "launcher-3"]);
-    let exited = data(&recs, "job_exited");
+    let exited = all!(recs, Event::JobExited);
     assert_eq!(exited.len(), 4);
     for e in &exited {
-        assert_eq!(e["status"], serde_json::json!({"code": 0}), "{e}");
-        assert_eq!(e["stopped"], false, "{e}");
+        assert_eq!(e.status, Status::Code(0), "{e:?}");
+        assert!(!e.stopped, "{e:?}");
     }
     // The phase exited last: its launchers were finished before it.
-    assert_eq!(exited.last().unwrap()["pid"], phase["pid"]);
-    let r = receipt(&recs);
-    assert_eq!(r["outcome"], "closed", "{r}");
-    assert_eq!(r["quiescent"], true, "{r}");
-    assert_eq!(r["counts"]["jobs"], 4, "{r}");
-    assert_eq!(r["counts"]["refused"], 0, "{r}");
-    assert!(of_kind(&recs, "stop_triggered").is_empty());
+    assert_eq!(exited.last().unwrap().pid, phase.pid);
+    let r = recs.receipt();
+    assert_eq!(r.outcome, Outcome::Closed, "{r:?}");
+    assert!(r.quiescent, "{r:?}");
+    assert_eq!(r.counts.jobs, 4, "{r:?}");
+    assert_eq!(r.counts.refused, 0, "{r:?}");
+    assert!(all!(recs, Event::StopTriggered).is_empty());
     sibling.assert_alive();
 }
 
@@ -210,23 +209,23 @@ fn twenty_concurrent_submits_each_get_their_own_reply() {
         );
     }
     close_allowed(&mut w);
-    let recs = w.records();
-    let spawned = data(&recs, "job_spawned");
+    let recs = w.log();
+    let spawned = all!(recs, Event::JobSpawned);
     assert_eq!(spawned.len(), N);
-    let mut callers: Vec<i64> = spawned
+    let mut callers: Vec<i32> = spawned
         .iter()
-        .map(|j| j["caller"]["pid"].as_i64().unwrap())
+        .map(|j| j.caller.expect("a caller").pid)
         .collect();
     callers.sort();
     callers.dedup();
     assert_eq!(callers.len(), N, "each job has its own caller");
     for j in &spawned {
-        assert_eq!(j["ppid"], w.pid());
-        assert_eq!(j["sid"], j["pid"]);
+        assert_eq!(j.ppid, w.pid());
+        assert_eq!(j.sid, j.pid);
     }
-    assert_eq!(data(&recs, "job_exited").len(), N);
-    assert!(of_kind(&recs, "request_refused").is_empty());
-    assert!(of_kind(&recs, "reply_failed").is_empty(), "{recs:#?}");
+    assert_eq!(all!(recs, Event::JobExited).len(), N);
+    assert!(all!(recs, Event::RequestRefused).is_empty());
+    assert!(all!(recs, Event::ReplyFailed).is_empty(), "{recs:#?}");
     sibling.assert_alive();
 }
 
@@ -271,13 +270,13 @@ fn captured_output_comes_back_byte_for_byte() {
     assert_eq!(done["stderr"]["sha256"], sha256_hex(b""));
     drop(r);
     close_allowed(&mut w);
-    let recs = w.records();
-    let exited = data(&recs, "job_exited");
-    assert_eq!(exited[0]["stdout"]["bytes"], 10240);
-    assert_eq!(exited[0]["stdout"]["sha256"], sha256_hex(&pattern(10240)));
-    assert_eq!(exited[1]["stderr"]["sha256"], sha256_hex(&pattern(10240)));
-    assert_eq!(exited[2]["stdout"]["bytes"], CAP);
-    assert!(of_kind(&recs, "output_capped").is_empty());
+    let recs = w.log();
+    let exited = all!(recs, Event::JobExited);
+    assert_eq!(exited[0].stdout.bytes, 10240);
+    assert_eq!(exited[0].stdout.sha256, sha256_hex(&pattern(10240)));
+    assert_eq!(exited[1].stderr.sha256, sha256_hex(&pattern(10240)));
+    assert_eq!(exited[2].stdout.bytes, CAP as u64);
+    assert!(all!(recs, Event::OutputCapped).is_empty());
     // No record holds the raw output (only counts and digests).
     let log = std::fs::read_to_string(&w.audit_log).unwrap();
     assert!(!log.contains(&rea::b64::encode(&pattern(300))));
@@ -307,13 +306,13 @@ fn discarded_output_keeps_only_counts_and_digests() {
     assert!(done["stderr"]["data_b64"].is_null(), "{done}");
     drop(r);
     close_allowed(&mut w);
-    let recs = w.records();
-    let exited = data(&recs, "job_exited");
-    assert_eq!(exited[0]["stdout"]["bytes"], 10240);
-    assert_eq!(exited[0]["stdout"]["sha256"], sha256_hex(&pattern(10240)));
-    assert_eq!(exited[1]["stdout"]["bytes"], 20000);
-    let spawned = data(&recs, "job_spawned");
-    assert_eq!(spawned[0]["capture"], "discard");
+    let recs = w.log();
+    let exited = all!(recs, Event::JobExited);
+    assert_eq!(exited[0].stdout.bytes, 10240);
+    assert_eq!(exited[0].stdout.sha256, sha256_hex(&pattern(10240)));
+    assert_eq!(exited[1].stdout.bytes, 20000);
+    let spawned = all!(recs, Event::JobSpawned);
+    assert_eq!(spawned[0].capture, Capture::Discard);
     sibling.assert_alive();
 }
 
@@ -321,7 +320,7 @@ fn discarded_output_keeps_only_counts_and_digests() {
 /// excess_output, submit exits 124 with at most the cap's bytes (a prefix
 /// of what was written), the receipt is positive and verify allows
 /// deletion of exactly this staging. Returns the records.
-fn excess(argv: &[&str], capture: bool) -> (Output, Vec<Value>) {
+fn excess(argv: &[&str], capture: bool) -> (Output, Log) {
     let sibling = Sibling::start();
     let mut w = Watchdog::start(&[]);
     let mut args = vec!["--deadline", "200s"];
@@ -338,21 +337,21 @@ fn excess(argv: &[&str], capture: bool) -> (Output, Vec<Value>) {
     assert_eq!(c["outcome"], "stopped");
     assert_eq!(c["stop_reason"], "excess_output");
     assert_eq!(v["stop_reason"], "excess_output");
-    let recs = w.records();
-    let capped = data(&recs, "output_capped");
+    let recs = w.log();
+    let capped = all!(recs, Event::OutputCapped);
     assert_eq!(capped.len(), 1, "{capped:#?}");
-    assert_eq!(capped[0]["job"], 1);
-    assert_eq!(capped[0]["cap"], CAP);
-    let first = data(&recs, "stop_triggered")
+    assert_eq!(capped[0].job, 1);
+    assert_eq!(capped[0].cap, CAP as u64);
+    let first = all!(recs, Event::StopTriggered)
         .into_iter()
-        .find(|t| t["first"] == true)
+        .find(|t| t.first)
         .cloned()
         .unwrap();
-    assert_eq!(first["reason"], "excess_output", "{first}");
-    assert_eq!(first["job"], 1);
-    let exited = data(&recs, "job_exited");
-    assert_eq!(exited[0]["output_capped"], true);
-    assert_eq!(exited[0]["stopped"], true);
+    assert_eq!(first.reason, StopReason::ExcessOutput, "{first:?}");
+    assert_eq!(first.job, Some(1));
+    let exited = all!(recs, Event::JobExited);
+    assert!(exited[0].output_capped);
+    assert!(exited[0].stopped);
     sibling.assert_alive();
     (out, recs)
 }
@@ -362,8 +361,8 @@ fn one_mib_is_excess_output() {
     let (out, recs) = excess(&strs(&flood(1 << 20)), true);
     assert_eq!(out.stdout.len(), CAP, "the cap's worth is kept");
     assert!(out.stdout == pattern(CAP), "kept bytes are the first ones");
-    let exited = data(&recs, "job_exited");
-    assert!(exited[0]["stdout"]["bytes"].as_u64().unwrap() > CAP as u64);
+    let exited = all!(recs, Event::JobExited);
+    assert!(exited[0].stdout.bytes > CAP as u64);
 }
 
 #[test]
@@ -381,18 +380,14 @@ fn one_byte_over_the_cap_is_excess_output() {
 fn a_vmsplice_flood_is_cut_at_the_cap() {
     let (out, recs) = excess(&[python(), &fixture("splice_flood.py")], true);
     assert_eq!(out.stdout.len(), CAP, "the cap's worth is kept");
-    let exited = data(&recs, "job_exited");
-    let read = exited[0]["stdout"]["bytes"].as_u64().unwrap();
+    let exited = all!(recs, Event::JobExited);
+    let read = exited[0].stdout.bytes;
     assert!(
         read > CAP as u64 && read <= (CAP + 65536) as u64,
         "{read} bytes read against a cap of {CAP}"
     );
-    let mono = |kind: &str| {
-        recs.iter()
-            .find(|r| r["kind"] == kind)
-            .and_then(|r| r["mono_ns"].as_u64())
-            .unwrap()
-    };
+    let mono =
+        |kind: &str| recs.recs[recs.position(kind, |e| rea::log::Kind::kind(e) == kind)].mono_ns;
     let late_ms = (mono("signal_sweep") - mono("stop_triggered")) / 1_000_000;
     assert!(late_ms < 250, "first sweep {late_ms} ms after the trigger");
 }
@@ -406,8 +401,8 @@ fn the_cap_counts_both_streams_together() {
     );
     let (out, recs) = excess(&["/bin/sh", "-c", &script, python()], false);
     assert!(out.stdout.is_empty());
-    let capped = data(&recs, "output_capped");
-    assert_eq!(capped[0]["stream"], "stderr", "{capped:#?}");
+    let capped = all!(recs, Event::OutputCapped);
+    assert_eq!(capped[0].stream, Stream::Stderr, "{capped:#?}");
 }
 
 // ----- replies never block the loop ------------------------------------------
@@ -423,8 +418,8 @@ fn a_reply_bigger_than_the_pipe_waits_for_its_reader_without_blocking_the_loop()
         &w.state_dir,
         &Req::spawn("slow", &r.name, &strs(&flood(CAP))).valid_line(),
     );
-    wait_for_records(&w.audit_log, "the flood's job_exited", |recs| {
-        !of_kind(recs, "job_exited").is_empty()
+    wait_for_log(&w.audit_log, "the flood's job_exited", |log| {
+        !all!(log, Event::JobExited).is_empty()
     });
     // Nobody has read a byte of the reply yet; other callers are served.
     let out = w.submit(
@@ -441,7 +436,7 @@ fn a_reply_bigger_than_the_pipe_waits_for_its_reader_without_blocking_the_loop()
     assert!(r.closed_empty());
     drop(r);
     close_allowed(&mut w);
-    assert!(of_kind(&w.records(), "reply_failed").is_empty());
+    assert!(all!(w.log(), Event::ReplyFailed).is_empty());
     sibling.assert_alive();
 }
 
@@ -473,15 +468,12 @@ fn a_caller_that_stops_reading_costs_only_its_own_reply() {
     // The caller goes away (closes and removes its FIFO), then the job ends.
     drop(r);
     gate.open();
-    let recs = wait_for_records(&w.audit_log, "reply_failed", |recs| {
-        !of_kind(recs, "reply_failed").is_empty()
+    let recs = wait_for_log(&w.audit_log, "reply_failed", |log| {
+        !all!(log, Event::ReplyFailed).is_empty()
     });
-    let failed = data(&recs, "reply_failed");
-    assert_eq!(failed[0]["id"], "gone", "{failed:#?}");
-    assert_eq!(
-        data(&recs, "job_exited")[0]["status"],
-        serde_json::json!({"code": 0})
-    );
+    let failed = all!(recs, Event::ReplyFailed);
+    assert_eq!(failed[0].id, "gone", "{failed:#?}");
+    assert_eq!(all!(recs, Event::JobExited)[0].status, Status::Code(0));
     // The watchdog lives on, serves, and the receipt is unaffected.
     let out = w.submit(&["--capture"], &[python(), &fixture("launcher.py")]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -650,18 +642,18 @@ fn the_watchdog_outlives_its_controllers_sigkill() {
     assert!(wait_readable(&wd, PATIENCE), "the watchdog never finished");
     assert!(oracle.wait_eof(PATIENCE), "a tree member survived");
     assert!(held.wait_all_exited(PATIENCE).is_empty());
-    let recs = records(&log);
-    let first = data(&recs, "stop_triggered")
+    let recs = Log::read(&log);
+    let first = all!(recs, Event::StopTriggered)
         .into_iter()
-        .find(|t| t["first"] == true)
+        .find(|t| t.first)
         .cloned()
         .expect("a stop");
-    assert_eq!(first["reason"], "root_lost", "{first}");
-    let r = receipt(&recs);
-    assert_eq!(r["outcome"], "stopped", "{r}");
-    assert_eq!(r["stop_reason"], "root_lost", "{r}");
-    assert_eq!(r["root_alive"], false, "{r}");
-    assert_eq!(r["quiescent"], true, "the cleanup itself succeeded: {r}");
+    assert_eq!(first.reason, StopReason::RootLost, "{first:?}");
+    let r = recs.receipt();
+    assert_eq!(r.outcome, Outcome::Stopped, "{r:?}");
+    assert_eq!(r.stop_reason, Some(StopReason::RootLost), "{r:?}");
+    assert!(!r.root_alive, "{r:?}");
+    assert!(r.quiescent, "the cleanup itself succeeded: {r:?}");
     // ... and the verdict is retain: the controller died.
     let (code, v) = verify_log(&log, &["--staging", staging.to_str().unwrap()]);
     assert_eq!(code, 1, "{v:#}");

@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use rea::kinds::watchdog::Ident;
+use rea::kinds::watchdog::{Event, Ident};
 use rea::process::pidfd::{bind_ident, bind_unwaited_child, BindError, VerifiedPidFd};
 use serde_json::Value;
 
@@ -366,6 +366,12 @@ impl Watchdog {
         records(&self.audit_log)
     }
 
+    /// Every record of the log, typed ([`super::typed::Log::read`]: a
+    /// complete line that is not a record fails the test).
+    pub fn log(&self) -> super::typed::Log {
+        super::typed::Log::read(&self.audit_log)
+    }
+
     /// `rea-audit verify --json` with `args`; returns (exit code, verdict).
     pub fn verify(&self, args: &[&str]) -> (i32, Value) {
         verify_log(&self.audit_log, args)
@@ -387,14 +393,7 @@ impl Drop for Watchdog {
         }
         // A watchdog that was SIGKILLed (by the test, or above) leaves its
         // group behind: removed here, through the recorded inode.
-        if let Ok(text) = std::fs::read_to_string(&self.audit_log) {
-            let recs: Vec<Value> = text
-                .lines()
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .take(4)
-                .collect();
-            drop(GroupGuard::of(&recs));
-        }
+        drop(GroupGuard::of(&self.audit_log));
     }
 }
 
@@ -408,12 +407,22 @@ pub struct GroupGuard {
 }
 
 impl GroupGuard {
-    pub fn of(recs: &[Value]) -> Option<GroupGuard> {
-        let c = of_kind(recs, "containment").first()?["data"]["group"].clone();
-        Some(GroupGuard {
-            path: PathBuf::from(c["path"].as_str()?),
-            ino: c["ino"].as_u64()?,
-        })
+    /// The group the log's first `containment` record names, if any.
+    /// Never panics (it runs on drop, after a SIGKILLed watchdog too): a
+    /// line that is not a record is passed over.
+    pub fn of(log: &Path) -> Option<GroupGuard> {
+        let data = std::fs::read(log).ok()?;
+        data.split(|&b| b == b'\n')
+            .filter_map(|l| rea::log::read::parse_line::<Event>(l).ok())
+            .find_map(|r| match r.event {
+                Event::Containment(c) => Some(c.group),
+                _ => None,
+            })
+            .flatten()
+            .map(|g| GroupGuard {
+                path: PathBuf::from(g.path),
+                ino: g.ino,
+            })
     }
 
     /// The recorded group still exists (same path, same inode).
@@ -478,14 +487,6 @@ pub fn kinds(records: &[Value]) -> Vec<String> {
 /// The records of one kind.
 pub fn of_kind<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
     records.iter().filter(|r| r["kind"] == kind).collect()
-}
-
-pub fn receipt(records: &[Value]) -> Value {
-    records
-        .last()
-        .filter(|r| r["kind"] == "receipt")
-        .map(|r| r["data"].clone())
-        .unwrap_or(Value::Null)
 }
 
 /// `rea-audit verify LOG --json ARGS` → (exit code, verdict). The verdict
@@ -786,4 +787,9 @@ impl Drop for Sibling {
             let _ = c.wait();
         }
     }
+}
+
+/// A path as the `&str` an argument list wants (the suite's paths are UTF-8).
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
 }

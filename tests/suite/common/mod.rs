@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod counted;
+pub mod exec;
 pub mod fuse;
 pub mod harness;
 pub mod logs;
@@ -12,3 +13,4 @@ pub mod recovery;
 pub mod reuse;
 pub mod schema;
 pub mod stop;
+pub mod typed;

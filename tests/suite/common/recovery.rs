@@ -67,7 +67,7 @@ impl Lost {
         let mut flags = vec!["--contain", "cgroup"];
         flags.extend_from_slice(extra);
         let w = Watchdog::start_with(Scratch::new(), None, &flags, tune);
-        let guard = GroupGuard::of(&w.records()).expect("a cgroup-mode containment record");
+        let guard = GroupGuard::of(&w.audit_log).expect("a cgroup-mode containment record");
         let mut oracle = Oracle::new(&w.scratch, "oracle");
         let mut argv = vec![
             python().to_string(),
@@ -89,9 +89,7 @@ impl Lost {
             sibling.argv(),
             "the job's hopper has the sibling's argv"
         );
-        wait_record(&w.audit_log, "job 1 spawned", |r| {
-            is_kind(r, "job_spawned") && r["data"]["job"] == 1
-        });
+        wait_spawned(&w.audit_log, "job 1 spawned", |j| j.job == 1);
         let mut lost = Lost {
             w,
             oracle,
@@ -209,6 +207,13 @@ pub fn recovery_records(log: &Path) -> Vec<Value> {
             v
         })
         .collect()
+}
+
+/// The recovery log, typed (every line is also checked against
+/// recovery-record.schema.json, as [`recovery_records`] does).
+pub fn recovery_log(log: &Path) -> super::typed::Log<rea::kinds::recovery::RecoveryEvent> {
+    recovery_records(log);
+    super::typed::Log::read(log)
 }
 
 /// `rea-audit verify NEW --json ARGS` for a recovery log → (exit code,

@@ -7,10 +7,14 @@ use std::path::Path;
 use std::process::{Child, ChildStdout, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rea::kinds::watchdog::Ident;
+use rea::kinds::watchdog::{
+    ContainMode, ContainRequest, Event, Ident, JobSpawned, Outcome, Sig, Stage, StopCompleted,
+    StopReason,
+};
 use serde_json::Value;
 
 use super::harness::*;
+use super::typed::{all, first, Log};
 
 /// Every shape of docs/testing.md / issue 4: a setsid escapee, a double-forked
 /// daemon, a SIGTERM-ignoring child, a stopped child, a child whose TERM
@@ -161,10 +165,18 @@ pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>
 }
 
 /// Waits (bounded) for a record matching `pred` in the log and returns it.
-pub fn wait_record(log: &Path, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+pub fn wait_record(log: &Path, what: &str, pred: impl Fn(&Event) -> bool) -> Event {
     wait_for(PATIENCE, what, || {
-        records(log).into_iter().find(|r| pred(r))
+        Log::<Event>::read(log).iter().find(|e| pred(e)).cloned()
     })
+}
+
+/// Waits (bounded) for a `job_spawned` record `pred` holds for.
+pub fn wait_spawned(log: &Path, what: &str, pred: impl Fn(&JobSpawned) -> bool) -> JobSpawned {
+    match wait_record(log, what, |e| matches!(e, Event::JobSpawned(j) if pred(j))) {
+        Event::JobSpawned(j) => j,
+        e => unreachable!("{e:?}"),
+    }
 }
 
 pub fn is_kind(r: &Value, kind: &str) -> bool {
@@ -172,12 +184,11 @@ pub fn is_kind(r: &Value, kind: &str) -> bool {
 }
 
 /// A job's identity from its `job_spawned` record.
-pub fn job_ident(rec: &Value) -> Ident {
-    let d = &rec["data"];
+pub fn job_ident(j: &JobSpawned) -> Ident {
     Ident {
-        pid: d["pid"].as_i64().unwrap() as i32,
-        start_time: d["start_time"].as_u64().unwrap(),
-        uid: d["uid"].as_u64().unwrap() as u32,
+        pid: j.pid,
+        start_time: j.start_time,
+        uid: j.uid,
     }
 }
 
@@ -206,73 +217,64 @@ pub fn json_out(o: &Output) -> Value {
         .unwrap_or_else(|e| panic!("client printed no JSON ({e}): {o:?}"))
 }
 
-/// The `stop_triggered` records, in order.
-pub fn triggers(recs: &[Value]) -> Vec<(String, bool)> {
-    of_kind(recs, "stop_triggered")
+/// The `stop_triggered` records, in order: (reason, first).
+pub fn triggers(log: &Log) -> Vec<(StopReason, bool)> {
+    all!(log, Event::StopTriggered)
         .iter()
-        .map(|r| {
-            (
-                r["data"]["reason"].as_str().unwrap().to_string(),
-                r["data"]["first"].as_bool().unwrap(),
-            )
-        })
+        .map(|t| (t.reason, t.first))
         .collect()
 }
 
 /// Every pid a signal sweep targeted.
-pub fn signalled_pids(recs: &[Value]) -> Vec<i64> {
-    of_kind(recs, "signal_sweep")
+pub fn signalled_pids(log: &Log) -> Vec<i32> {
+    all!(log, Event::SignalSweep)
         .iter()
-        .flat_map(|r| r["data"]["targets"].as_array().unwrap().iter())
-        .map(|t| t["pid"].as_i64().unwrap())
+        .flat_map(|s| s.targets.iter())
+        .map(|t| t.pid)
         .collect()
 }
 
 /// The evidence of one stop: exactly one trigger that started it, one
 /// `stop_completed`, exactly one receipt, last.
-pub fn assert_one_stop(recs: &[Value], reason: &str) -> Value {
-    let ks = kinds(recs);
+pub fn assert_one_stop(log: &Log, reason: StopReason) -> StopCompleted {
+    let ks = log.kinds();
     assert_eq!(
-        ks.iter().filter(|k| *k == "receipt").count(),
+        ks.iter().filter(|k| **k == "receipt").count(),
         1,
         "exactly one receipt: {ks:?}"
     );
-    assert_eq!(ks.last().map(String::as_str), Some("receipt"));
-    let firsts: Vec<_> = triggers(recs).into_iter().filter(|t| t.1).collect();
-    assert_eq!(
-        firsts,
-        vec![(reason.to_string(), true)],
-        "the first trigger"
-    );
-    let done = of_kind(recs, "stop_completed");
+    assert_eq!(ks.last().copied(), Some("receipt"));
+    let firsts: Vec<_> = triggers(log).into_iter().filter(|t| t.1).collect();
+    assert_eq!(firsts, vec![(reason, true)], "the first trigger");
+    let done = all!(log, Event::StopCompleted);
     assert_eq!(done.len(), 1, "exactly one stop_completed");
-    assert_eq!(done[0]["data"]["reason"], reason);
-    done[0]["data"].clone()
+    assert_eq!(done[0].reason, reason);
+    done[0].clone()
 }
 
 /// docs/verdict.md for a stop with positive proof: the receipt is positive and
 /// `rea-audit verify --staging DIR [--expect-head HEAD]` says
 /// `delete_allowed` for this stop reason. Returns `stop_completed`'s data.
-pub fn assert_positive_stop(w: &Watchdog, sibling: &Sibling, reason: &str) -> Value {
-    let recs = w.records();
-    let done = assert_one_stop(&recs, reason);
-    assert_contained_as_asked(&recs);
-    assert_eq!(done["left"], 0, "{done}");
-    assert_eq!(done["echild"], true, "{done}");
-    assert_eq!(done["scan_empty"], true, "{done}");
-    let rc = receipt(&recs);
-    assert_eq!(rc["outcome"], "stopped", "{rc:#}");
-    assert_eq!(rc["stop_reason"], reason, "{rc:#}");
-    assert_eq!(rc["quiescent"], true, "{rc:#}");
-    assert_eq!(rc["no_live_or_waitable_descendants"], true, "{rc:#}");
-    assert_eq!(rc["uncertain_mappings"], 0, "{rc:#}");
-    assert_eq!(rc["temp_root_removed"], true, "{rc:#}");
+pub fn assert_positive_stop(w: &Watchdog, sibling: &Sibling, reason: StopReason) -> StopCompleted {
+    let log = w.log();
+    let done = assert_one_stop(&log, reason);
+    assert_contained_as_asked(&log);
+    assert_eq!(done.left, 0, "{done:?}");
+    assert!(done.echild, "{done:?}");
+    assert!(done.scan_empty, "{done:?}");
+    let rc = log.receipt();
+    assert_eq!(rc.outcome, Outcome::Stopped, "{rc:#?}");
+    assert_eq!(rc.stop_reason, Some(reason), "{rc:#?}");
+    assert!(rc.quiescent, "{rc:#?}");
+    assert!(rc.no_live_or_waitable_descendants, "{rc:#?}");
+    assert_eq!(rc.uncertain_mappings, 0, "{rc:#?}");
+    assert!(rc.temp_root_removed, "{rc:#?}");
     assert!(
         !w.state_dir.join("tmp").exists(),
         "the temp root was removed"
     );
     assert!(
-        !signalled_pids(&recs).contains(&(sibling.pid() as i64)),
+        !signalled_pids(&log).contains(&sibling.pid()),
         "a sweep targeted the unrelated sibling"
     );
     let staging = w.staging.to_str().unwrap().to_string();
@@ -284,7 +286,7 @@ pub fn assert_positive_stop(w: &Watchdog, sibling: &Sibling, reason: &str) -> Va
     let (code, v) = w.verify(&args);
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(v["verdict"], "delete_allowed", "{v:#}");
-    assert_eq!(v["stop_reason"], reason, "{v:#}");
+    assert_eq!(v["stop_reason"], reason_str(reason), "{v:#}");
     assert_eq!(v["outcome"], "stopped", "{v:#}");
     done
 }
@@ -292,26 +294,16 @@ pub fn assert_positive_stop(w: &Watchdog, sibling: &Sibling, reason: &str) -> Va
 /// SIGCONT went only where it was needed (issue 12): every pid in a TERM
 /// sweep's `cont` is one of that part's targets and was `stopped` (the
 /// tree's member that SIGSTOPs itself), and that member got it.
-pub fn assert_cont_only_to_the_stopped(recs: &[Value], members: &[Member]) {
+pub fn assert_cont_only_to_the_stopped(log: &Log, members: &[Member]) {
     let stopped = members.iter().find(|m| m.role == "stopped").unwrap();
     let mut got = false;
-    for s in of_kind(recs, "signal_sweep") {
-        let d = &s["data"];
-        let cont: Vec<i64> = d["cont"]
-            .as_array()
-            .map_or(Vec::new(), |c| c.iter().filter_map(Value::as_i64).collect());
-        if d["stage"] == "term" {
-            assert!(
-                !d["signals"].as_array().unwrap().contains(&"SIGCONT".into()),
-                "{d}"
-            );
+    for d in all!(log, Event::SignalSweep) {
+        if d.stage == Stage::Term {
+            assert!(!d.signals.contains(&Sig::CONT), "{d:?}");
         }
-        for pid in cont {
-            assert_eq!(d["stage"], "term", "{d}");
-            assert_eq!(
-                pid, stopped.pid as i64,
-                "SIGCONT to a member never stopped: {d}"
-            );
+        for &pid in &d.cont {
+            assert_eq!(d.stage, Stage::Term, "{d:?}");
+            assert_eq!(pid, stopped.pid, "SIGCONT to a member never stopped: {d:?}");
             got = true;
         }
     }
@@ -333,24 +325,25 @@ pub fn test_cgroup() -> Option<std::path::PathBuf> {
 /// `cgroup` under tools/test's own group (`REA_TEST_CGROUP`) when
 /// tools/test made one (not checked otherwise). A stopped cgroup run
 /// killed its group once and removed it, empty.
-pub fn assert_contained_as_asked(recs: &[Value]) {
-    let c = &of_kind(recs, "containment")[0]["data"];
+pub fn assert_contained_as_asked(log: &Log) {
+    let c = first!(log, Event::Containment);
     let pass = std::env::var("REA_CONTAIN").unwrap_or_default();
     let under = test_cgroup();
-    let requested = c["requested"].as_str().unwrap_or_default();
+    let requested = c.requested;
     if pass == "none" {
         // The pass's REA_CONTAIN reached the watchdog (a test may still
         // pin a mode of its own with --contain).
         assert_ne!(
-            requested, "auto",
-            "REA_CONTAIN=none did not reach the watchdog: {c}"
+            requested,
+            ContainRequest::Auto,
+            "REA_CONTAIN=none did not reach the watchdog: {c:?}"
         );
     }
     match (requested, under) {
-        ("none", _) => assert_eq!(c["mode"], "none", "{c}"),
-        ("cgroup", _) | ("auto", Some(_)) => {
-            assert_eq!(c["mode"], "cgroup", "{c}");
-            let path = c["group"]["path"].as_str().unwrap_or_default();
+        (ContainRequest::None, _) => assert_eq!(c.mode, ContainMode::None, "{c:?}"),
+        (ContainRequest::Cgroup, _) | (ContainRequest::Auto, Some(_)) => {
+            assert_eq!(c.mode, ContainMode::Cgroup, "{c:?}");
+            let path = c.group.as_ref().map_or("", |g| g.path.as_str());
             if let Some(root) = test_cgroup() {
                 assert!(
                     std::path::Path::new(path).starts_with(&root),
@@ -358,17 +351,25 @@ pub fn assert_contained_as_asked(recs: &[Value]) {
                     root.display()
                 );
             }
-            let removed = &of_kind(recs, "group_removed")[0]["data"];
-            assert_eq!(removed["populated"], false, "{removed}");
-            assert_eq!(removed["removed"], true, "{removed}");
+            let removed = first!(log, Event::GroupRemoved);
+            assert!(!removed.populated, "{removed:?}");
+            assert!(removed.removed, "{removed:?}");
             // cgroup.kill only after a frozen census proved every member
             // (docs/ownership.md): at most once. A group that did not
             // freeze in time is killed through pidfds instead.
-            let kills = of_kind(recs, "group_kill").len();
-            assert!(kills <= 1, "cgroup.kill at most once: {:?}", kinds(recs));
+            let kills = all!(log, Event::GroupKill).len();
+            assert!(kills <= 1, "cgroup.kill at most once: {:?}", log.kinds());
         }
         _ => {}
     }
+}
+
+/// A stop reason as records and verdicts spell it (`deadline`, `root_lost`).
+pub fn reason_str(reason: StopReason) -> String {
+    serde_json::to_value(reason)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .expect("a stop reason serialises as a string")
 }
 
 /// Reads one line from a child's stdout, at most `limit`.
