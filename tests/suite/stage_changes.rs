@@ -12,15 +12,9 @@
 
 use crate::common;
 
-use std::path::Path;
-
 use serde_json::Value;
 
 use common::harness::*;
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("a UTF-8 path")
-}
 
 /// One run over the stage as uploaded (`runtime.bin`, `lib/hopper.so`,
 /// `keep.txt`): one job runs `sh -c SCRIPT sh STAGE` and must exit 0, then

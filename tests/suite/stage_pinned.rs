@@ -19,10 +19,6 @@ use sha2::{Digest, Sha256};
 
 use common::harness::*;
 
-fn s(p: &Path) -> &str {
-    p.to_str().expect("a UTF-8 path")
-}
-
 fn sha(bytes: &[u8]) -> String {
     rea::vocab::hex(&Sha256::digest(bytes))
 }

@@ -15,16 +15,12 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::harness::{output_within, Scratch, Watchdog, PATIENCE};
+use common::harness::{output_within, s, Scratch, Watchdog, PATIENCE};
 use common::schema::{compile, schema_errors};
 use serde_json::Value;
 
 const PAUSE_UNLINK_ENV: &str = "REA_STAGE_PAUSE_BEFORE_UNLINK";
 const ARMED: &str = ".rea-exec-started";
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 /// A sealed run (closed, positive) whose one job ran `script` with the
 /// stage as `$1`, over a stage made by `rea-stage begin` (its receipt;
