@@ -248,6 +248,21 @@ fn assert_refused(change: impl FnOnce(&Path), want: &str) {
     assert_eq!(v["sealed"], false);
     let detail = v["reasons"][0]["detail"].as_str().unwrap_or_default();
     assert!(detail.contains(want), "{detail}");
+
+    // reconcile: nothing was launched, so nothing is lost or to recover;
+    // a person reviews why the stage was refused.
+    let (code, r, text) = common::recovery::reconcile(&log, &["--staging", s(&staging)]);
+    assert_eq!((code, r["outcome"].as_str()), (6, Some("review")), "{r:#}");
+    let codes: Vec<&str> = r["reasons"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x["code"].as_str())
+        .collect();
+    assert_eq!(codes, ["start_refused"], "{r:#}");
+    assert_eq!(r["log"]["start_refused"]["code"], "stage_not_as_uploaded");
+    assert!(r["recover_command"].is_null(), "{r:#}");
+    assert!(text.contains("nothing was launched"), "{text}");
 }
 
 #[test]

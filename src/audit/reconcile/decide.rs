@@ -58,6 +58,7 @@ fn watchdog_reasons(r: &Report, rs: &mut Vec<RReason>) {
             "the log does not begin with a readable run_started: the watchdog cannot be identified",
             "find the watchdog another way (ps for rea-watchdog) before trusting anything here",
         )),
+        Some(_) if r.log.start_refused.is_some() => {} // it exited on purpose
         Some(w) if !r.log.sealed => match w.liveness.state {
             Liveness::Alive => {}
             Liveness::Gone => rs.push(reason(
@@ -132,7 +133,14 @@ fn receipt_reasons(r: &Report, running: bool, rs: &mut Vec<RReason>) {
             )
         });
     }
-    if !r.log.sealed && !running && r.watchdog.is_some() {
+    if let Some(s) = &r.log.start_refused {
+        rs.push(reason(
+            RCode::StartRefused,
+            format!("the watchdog refused to start, nothing was launched: {s}"),
+            "nothing needs to be stopped; keep the stage and find out why it was refused \
+             (for stage_not_as_uploaded: compare it with what was uploaded, rea-stage manifest)",
+        ));
+    } else if !r.log.sealed && !running && r.watchdog.is_some() {
         rs.push(reason(
             RCode::NoReceipt,
             "the log is not sealed: no receipt proves that nothing is left",
@@ -288,6 +296,8 @@ fn group_reasons(r: &Report, running: bool, rs: &mut Vec<RReason>) -> bool {
         match g.now.state {
             GroupState::Present => {}
             GroupState::Gone if g.removed_at_close == Some(true) => {}
+            // A refused start removed its empty group before it exited.
+            GroupState::Gone if r.log.start_refused.is_some() => {}
             GroupState::Gone => rs.push(reason(
                 RCode::GroupGone,
                 format!("the action's cgroup {recorded} no longer exists"),

@@ -18,8 +18,8 @@ use serde::Serialize;
 
 use crate::audit::reader::{parse_line, read_lines, Piece};
 use crate::kinds::watchdog::{
-    Containment, Event, GroupRemoved, Ident, Proc, Receipt, RunStarted, StagingInventoried, Status,
-    StopReason,
+    Containment, Event, GroupRemoved, Ident, Proc, Receipt, RunStarted, StagingInventoried,
+    StartRefused, Status, StopReason,
 };
 use crate::log::chain;
 use crate::log::MAX_LINE;
@@ -129,6 +129,8 @@ pub struct LogScan {
     pub group_removed: Option<GroupRemoved>,
     pub first_stop: Option<StopReason>,
     pub stop_completed: bool,
+    /// The `start_refused` record: nothing was launched.
+    pub start_refused: Option<StartRefused>,
     pub named: Vec<Named>,
     /// Distinct processes named beyond [`MAX_NAMED`].
     pub named_dropped: u64,
@@ -267,6 +269,7 @@ impl LogScan {
             Event::StagingInventoried(s) => self.staging_inventoried = Some(s),
             Event::Containment(c) if self.containment.is_none() => self.containment = Some(c),
             Event::GroupRemoved(g) => self.group_removed = Some(g),
+            Event::StartRefused(s) => self.start_refused = Some(s),
             Event::Receipt(r) => {
                 self.receipt = Some(r);
                 self.receipt_last = true;

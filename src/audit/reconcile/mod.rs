@@ -87,7 +87,8 @@ pub fn reconcile(path: &Path, opts: &Options) -> Result<Report, ReconcileError> 
         });
     }
     let group = group_part(&s);
-    let recover = (group.is_some() && !s.sealed).then(|| {
+    // A refused start launched nothing: there is nothing to recover.
+    let recover = (group.is_some() && !s.sealed && s.start_refused.is_none()).then(|| {
         let recorded = s.run_started.as_ref().and_then(|r| r.staging.as_ref());
         let dir = stage
             .given
@@ -162,10 +163,12 @@ fn unnamed_part(s: &LogScan) -> Unnamed {
         },
         _ => (Vec::new(), None),
     };
-    let may_exist = !s.sealed;
+    let may_exist = !s.sealed && s.start_refused.is_none();
     Unnamed {
         may_exist,
-        detail: if may_exist {
+        detail: if s.start_refused.is_some() {
+            "the start was refused before anything was launched (start_refused)".into()
+        } else if may_exist {
             "the log is not sealed: descendants it never named (setsid or double-forked \
              grandchildren of a lost watchdog) may be alive; the environment scan below \
              is a hint, not a proof"
@@ -193,5 +196,6 @@ fn log_part(path: &Path, s: &LogScan) -> LogPart {
         stop_reason: s.receipt.as_ref().and_then(|r| r.stop_reason),
         first_stop: s.first_stop,
         stop_completed: s.stop_completed,
+        start_refused: s.start_refused.clone(),
     }
 }

@@ -11,7 +11,7 @@ use super::group::GroupPart;
 use super::log::{Break, Named};
 use crate::audit::verdict::{Decision, Reason, Status};
 use crate::holders::HolderScan;
-use crate::kinds::watchdog::{Containment, Mode, Outcome as RunOutcome, StopReason};
+use crate::kinds::watchdog::{Containment, Mode, Outcome as RunOutcome, StartRefused, StopReason};
 use crate::process::alive::Probe;
 
 /// The one answer.
@@ -71,6 +71,9 @@ pub enum RCode {
     StageHeld,
     /// The recorded group could not be looked at.
     GroupUnknown,
+    /// The watchdog refused to start after opening its log: nothing was
+    /// launched, and the stage is kept for a person to see why.
+    StartRefused,
 }
 
 #[derive(Serialize, Clone, Debug)]
@@ -97,6 +100,9 @@ pub struct LogPart {
     /// The trigger that started a stop, even without a receipt.
     pub first_stop: Option<StopReason>,
     pub stop_completed: bool,
+    /// The log ends in `start_refused`: nothing was launched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_refused: Option<StartRefused>,
 }
 
 #[derive(Serialize, Clone, Debug)]
