@@ -6,13 +6,13 @@
 
 use crate::common;
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::harness::{output_within, s, Scratch, Watchdog, PATIENCE};
 use common::schema::{compile, schema_errors};
+use common::stage::{snapshot, stage_cmd};
 use common::typed::{all, Log};
 use rea::kinds::watchdog::Event;
 use rea::stage::decide::{EntryType, Refusal};
@@ -25,21 +25,6 @@ const PAUSE_UNLINK_ENV: &str = "REA_STAGE_PAUSE_BEFORE_UNLINK";
 
 fn stage_bin() -> &'static str {
     env!("CARGO_BIN_EXE_rea-stage")
-}
-
-/// `rea-stage ARGS` → (exit code, stdout, stderr), bounded.
-fn stage_cmd(args: &[&str], env: Option<(&str, &Path)>) -> (i32, String, String) {
-    let mut c = Command::new(stage_bin());
-    c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    if let Some((k, v)) = env {
-        c.env(k, v);
-    }
-    let out = output_within(c.spawn().expect("spawn rea-stage"), PATIENCE);
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// `rea-stage begin DIR --file ...` → the receipt's SHA-256.
@@ -97,35 +82,6 @@ impl Fixture {
     fn discard(&self) -> (i32, String, String) {
         discard(&self.dir, &self.hex, &self.log)
     }
-}
-
-/// Everything under `root` (not following links): type, mode, owner,
-/// links, inode, and the bytes of files / the target of links.
-fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
-    let mut out = BTreeMap::new();
-    let mut todo = vec![root.to_path_buf()];
-    while let Some(p) = todo.pop() {
-        let m = std::fs::symlink_metadata(&p).unwrap();
-        let t = m.file_type();
-        let what = if t.is_file() && m.len() > 1 << 20 {
-            // Huge (sparse) test files: their size, not their bytes.
-            format!("file of {} bytes", m.len())
-        } else if t.is_file() {
-            format!("file {:?}", std::fs::read(&p).unwrap())
-        } else if t.is_symlink() {
-            format!("link {:?}", std::fs::read_link(&p).unwrap())
-        } else if t.is_dir() {
-            for e in std::fs::read_dir(&p).unwrap() {
-                todo.push(e.unwrap().path());
-            }
-            "dir".to_string()
-        } else {
-            "special".to_string()
-        };
-        let meta = format!("{:o} {} {} {}", m.mode(), m.uid(), m.nlink(), m.ino());
-        out.insert(p, format!("{meta} {what}"));
-    }
-    out
 }
 
 /// The discard log's records, each checked against stage-record.schema.json.

@@ -18,6 +18,7 @@ use std::process::{Command, Stdio};
 use sha2::{Digest, Sha256};
 
 use common::harness::*;
+use common::stage::stage_cmd;
 
 fn sha(bytes: &[u8]) -> String {
     rea::vocab::hex(&Sha256::digest(bytes))
@@ -26,23 +27,6 @@ fn sha(bytes: &[u8]) -> String {
 /// What the harness's watchdog writes as the runtime (`Watchdog::start_with`).
 const RUNTIME: &[u8] = b"native runtime";
 const LIBRARY: &[u8] = b"a library";
-
-/// `rea-stage ARGS` → (exit code, stdout, stderr), bounded.
-fn stage(args: &[&str]) -> (i32, String, String) {
-    let child = Command::new(stage_bin())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rea-stage");
-    let out = output_within(child, PATIENCE);
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 /// The local files of an upload: `runtime.bin` and `hopper.so`, in
 /// `SCRATCH/local`.
@@ -59,11 +43,11 @@ fn local_files(scratch: &Scratch) -> (std::path::PathBuf, std::path::PathBuf) {
 fn manifest(files: &[&Path]) -> (Vec<String>, String) {
     let mut args = vec!["manifest"];
     args.extend(files.iter().map(|p| s(p)));
-    let (code, out, err) = stage(&args);
+    let (code, out, err) = stage_cmd(&args, None);
     assert_eq!(code, 0, "{err}");
     let pins = out.lines().map(str::to_string).collect();
     args.insert(1, "--digest");
-    let (code, out, err) = stage(&args);
+    let (code, out, err) = stage_cmd(&args, None);
     assert_eq!(code, 0, "{err}");
     (pins, out.trim().to_string())
 }
@@ -74,7 +58,7 @@ fn begin_and_upload(scratch: &Scratch, pins: &[String]) {
     let staging = scratch.path("staging");
     let mut args = vec!["begin", s(&staging)];
     args.extend(pins.iter().map(String::as_str));
-    let (code, out, err) = stage(&args);
+    let (code, out, err) = stage_cmd(&args, None);
     assert_eq!(code, 0, "begin: {err}");
     assert!(rea::vocab::is_digest(out.trim()), "{out}");
     std::fs::write(staging.join("hopper.so"), LIBRARY).unwrap();
@@ -116,7 +100,7 @@ fn manifest_prints_one_pin_per_file_and_the_content_digest() {
         (&reserved, "reserved"),
         (&twice, "declared twice"),
     ] {
-        let (code, out, err) = stage(&["manifest", s(&a), s(bad)]);
+        let (code, out, err) = stage_cmd(&["manifest", s(&a), s(bad)], None);
         assert_eq!((code, out.as_str()), (4, ""), "{bad:?}: {err}");
         assert!(err.contains(why), "{bad:?}: {err}");
     }
@@ -132,7 +116,7 @@ fn begin_refuses_a_pin_that_is_not_a_sha256_and_creates_nothing() {
         format!("runtime.bin={}", "a".repeat(63)),
         format!("runtime.bin={}g", "a".repeat(63)),
     ] {
-        let (code, _, err) = stage(&["begin", s(&staging), "--file", &bad]);
+        let (code, _, err) = stage_cmd(&["begin", s(&staging), "--file", &bad], None);
         assert_eq!(code, 4, "{bad}: {err}");
         assert!(err.contains("SHA-256"), "{bad}: {err}");
         assert!(!staging.exists(), "{bad}: nothing is created");

@@ -17,6 +17,7 @@ use std::process::{Command, Stdio};
 
 use common::harness::{output_within, s, Scratch, Watchdog, PATIENCE};
 use common::schema::{compile, schema_errors};
+use common::stage::snapshot;
 use serde_json::Value;
 
 const PAUSE_UNLINK_ENV: &str = "REA_STAGE_PAUSE_BEFORE_UNLINK";
@@ -83,32 +84,6 @@ fn remove(w: &Watchdog, head: &str, log: &Path) -> (i32, Value, String) {
     let line = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     (out.status.code().unwrap_or(-1), line, err)
-}
-
-/// Everything under `root` (not following links): type, mode, owner,
-/// links, inode, and the bytes of files / the target of links.
-fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
-    let mut out = BTreeMap::new();
-    let mut todo = vec![root.to_path_buf()];
-    while let Some(p) = todo.pop() {
-        let m = std::fs::symlink_metadata(&p).unwrap();
-        let t = m.file_type();
-        let what = if t.is_file() {
-            format!("file {:?}", std::fs::read(&p).unwrap())
-        } else if t.is_symlink() {
-            format!("link {:?}", std::fs::read_link(&p).unwrap())
-        } else if t.is_dir() {
-            for e in std::fs::read_dir(&p).unwrap() {
-                todo.push(e.unwrap().path());
-            }
-            "dir".to_string()
-        } else {
-            "special".to_string()
-        };
-        let meta = format!("{:o} {} {} {}", m.mode(), m.uid(), m.nlink(), m.ino());
-        out.insert(p, format!("{meta} {what}"));
-    }
-    out
 }
 
 /// The removal log's records, each checked against remove-record.schema.json.

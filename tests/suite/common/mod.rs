@@ -12,5 +12,6 @@ pub mod raw;
 pub mod recovery;
 pub mod reuse;
 pub mod schema;
+pub mod stage;
 pub mod stop;
 pub mod typed;
