@@ -314,25 +314,48 @@ fn a_run_whose_verdict_is_retain_removes_nothing() {
 
 /// The write end of the pause FIFO, once `child` holds its read end (it
 /// is paused there); fails, instead of waiting for ever, when `child`
-/// exits first or does not get there within [`PATIENCE`].
+/// exits first or does not get there within [`PATIENCE`]. No polling: a
+/// thread blocks in the open, which returns when `child` opens the read
+/// end, and says so on a pipe; this waits on that pipe and on `child`'s
+/// pidfd together.
 fn paused(fifo: &Path, child: &mut std::process::Child) -> std::fs::File {
+    use std::os::fd::{AsFd, AsRawFd};
     use std::os::unix::fs::OpenOptionsExt;
-    let deadline = std::time::Instant::now() + PATIENCE;
-    loop {
-        let opened = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(fifo);
-        match opened {
-            Ok(f) => return f,
-            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {}
-            Err(e) => panic!("open {}: {e}", fifo.display()),
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("remove exited ({status}) before it reached the pause hook");
-        }
-        assert!(std::time::Instant::now() < deadline, "remove never paused");
-        std::thread::sleep(std::time::Duration::from_millis(10));
+    let pidfd = rea::process::pidfd::bind_unwaited_child(child).expect("bind own child");
+    let (said, say) = nix::unistd::pipe().unwrap();
+    let path = fifo.to_path_buf();
+    let opener = std::thread::spawn(move || {
+        let f = std::fs::OpenOptions::new().write(true).open(&path);
+        drop(say); // EOF on `said`: the open returned
+        f
+    });
+    let mut fds = [
+        libc::pollfd {
+            fd: said.as_fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: pidfd.as_fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let ms = PATIENCE.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: two valid pollfds, their descriptors open for the call.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+    if n > 0 && fds[0].revents != 0 {
+        return opener.join().unwrap().expect("open the pause FIFO");
+    }
+    // Release the blocked open by opening the read end ourselves.
+    let _reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(fifo);
+    let _ = opener.join();
+    match child.try_wait().unwrap() {
+        Some(status) => panic!("remove exited ({status}) before it reached the pause hook"),
+        None => panic!("remove never paused within {PATIENCE:?}"),
     }
 }
 
