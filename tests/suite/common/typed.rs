@@ -190,24 +190,50 @@ impl Log<Event> {
     }
 }
 
-/// Polls the watchdog's log (bounded by [`super::harness::PATIENCE`],
-/// every 10 ms) until `pred` holds for its records; returns them. Only for
-/// records no reply announces.
+/// Waits (bounded by [`super::harness::PATIENCE`]) until `pred` holds for
+/// the watchdog's log at `path`; returns its records. Only for records no
+/// reply announces. No polling: the log is read again each time inotify
+/// says it was written to (`IN_MODIFY`), and once before the first wait.
 #[track_caller]
 pub fn wait_for_log(path: &Path, what: &str, pred: impl Fn(&Log) -> bool) -> Log {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
     let limit = super::harness::PATIENCE;
     let until = std::time::Instant::now() + limit;
+    // SAFETY: inotify_init1 takes flags only; a non-negative result is a
+    // new descriptor owned from here on.
+    let raw = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+    assert!(
+        raw >= 0,
+        "inotify_init1: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: `raw` is a fresh descriptor nothing else owns.
+    let ino = unsafe { OwnedFd::from_raw_fd(raw) };
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("no NUL in a path");
+    // SAFETY: a valid inotify descriptor and a NUL-terminated path.
+    let wd = unsafe { libc::inotify_add_watch(raw, c.as_ptr(), libc::IN_MODIFY) };
+    assert!(
+        wd >= 0,
+        "{}: inotify_add_watch: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
     loop {
         let log = Log::read(path);
         if pred(&log) {
             return log;
         }
+        let left = until.saturating_duration_since(std::time::Instant::now());
         assert!(
-            std::time::Instant::now() < until,
+            super::harness::wait_readable(&ino, left),
             "{}: the audit log never showed {what} within {limit:?}",
             path.display()
         );
-        std::thread::sleep(std::time::Duration::from_millis(10));
+        let mut buf = [0u8; 4096];
+        // SAFETY: reads into a buffer of its stated length; the events are
+        // only drained (each one just means "read the log again").
+        while unsafe { libc::read(raw, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
     }
 }
 
