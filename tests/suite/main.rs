@@ -68,6 +68,7 @@ mod smoke_stop;
 mod stage;
 mod stage_changes;
 mod stage_pinned;
+mod stage_private;
 mod stage_remove;
 mod stop;
 mod stop_bound;
