@@ -129,7 +129,7 @@ pub fn remove(a: &Args<'_>) -> Done {
     }
     let run_id = match crate::stage::receipt::nonce() {
         Ok(n) => format!("remove-{}", &n[..16]),
-        Err(e) => return usage(&format!("cannot read /dev/urandom: {e}")),
+        Err(e) => return usage(&format!("cannot get random bytes (getrandom): {e}")),
     };
     let shown = std::path::absolute(a.dir)
         .unwrap_or(a.dir.to_path_buf())
