@@ -36,10 +36,13 @@ Scenarios (default: success), and the verdict each must reach:
                    -> discarded, staging deleted
   response-lost    mid-rehearsal, the process holding the phase's reply
                    channel (the SSH response) is killed; the watchdog and
-                   the phase run on. A fresh controller runs `rea-audit
-                   reconcile` (read-only) -> running, then closes the
-                   action; the watchdog exits 0 and verify agrees
-                   -> delete_allowed, staging deleted
+                   the phase run on. No retry, no cleanup, no close: a
+                   fresh controller runs `rea-audit reconcile` (read-only)
+                   -> running (the watchdog is alive), and decides
+                   -> review, staging kept, with the review packet
+                   (rea-audit report, HTML) for a person. The demo then
+                   plays that person: it closes the action, so that
+                   nothing it started is left running; the stage stays
   response-and-watchdog-lost
                    as response-lost, but the watchdog is SIGKILLed too, with
                    a setsid escapee of the phase running: reconcile names
@@ -99,7 +102,7 @@ EXPECTED = {
     "controller-kill": "retain",
     "watchdog-loss": "retain",
     "upload-failed": "discarded",
-    "response-lost": "delete_allowed",
+    "response-lost": "review",
     "response-and-watchdog-lost": "review",
 }
 # The files an upload declares before it starts (rea-stage begin --file).
@@ -200,17 +203,36 @@ class Plan:
                         "--", "--print", "rehearsal launcher ok"]
 
 
-def stage(work):
+#: The watchdog's own place in the stage (docs/stage.md): its binaries are
+#: uploaded into STAGE/.rea/bin like any file; its state directory and log
+#: are private, left out of the stage's inventory, the state directory
+#: removed at close.
+REA_BIN = os.path.join(".rea", "bin")
+REA_STATE = os.path.join(".rea", "state")
+REA_LOG = os.path.join(".rea", "audit.jsonl")
+
+
+def stage(work, binaries):
+    """The stage as a controller uploads it: the runtime, and rea's own
+    three binaries in STAGE/.rea/bin. Returns the in-stage binaries, which
+    run everything from here on."""
     staging = os.path.join(work, "staging")
     os.makedirs(os.path.join(staging, "runtime"))
     with open(os.path.join(staging, "runtime", "hopper-runtime.bin"), "wb") as f:
         f.write(b"\x7fELF fake native runtime for the rea demo\n")
-    return staging
+    bin_dir = os.path.join(staging, REA_BIN)
+    os.makedirs(bin_dir)
+    staged = []
+    for b in binaries:
+        dest = os.path.join(bin_dir, os.path.basename(b))
+        shutil.copy2(b, dest)
+        staged.append(dest)
+    return tuple(staged)
 
 
 def start_watchdog(args, binaries, work, staging):
-    return rc.Watchdog.start(binaries[0], state_dir=os.path.join(work, "state"),
-                             audit_log=os.path.join(work, "audit.jsonl"), staging=staging)
+    return rc.Watchdog.start(binaries[0], state_dir=os.path.join(staging, REA_STATE),
+                             audit_log=os.path.join(staging, REA_LOG), staging=staging)
 
 
 def read_log(path):
@@ -231,7 +253,7 @@ def read_log(path):
 def wait_for_launchers(work, n, limit=60):
     """Until n nested launchers run: each marks itself in the watchdog's
     private temp root ($TMPDIR of every job) once its program started."""
-    tmp = os.path.join(work, "state", "tmp")
+    tmp = os.path.join(work, "staging", REA_STATE, "tmp")
     until = time.monotonic() + limit
     while time.monotonic() < until:
         try:
@@ -558,12 +580,14 @@ def scenario_upload_failed(args, binaries, work, report, later):
 
 def fresh_controller(args):
     """A new controller process (a new SSH session on the host): it knows
-    only the work directory. It reconciles (read-only), and closes the action
-    when the watchdog is still running. Prints one JSON line."""
+    only the work directory. It reconciles (read-only) and decides review,
+    whatever reconcile found: a lost response proves nothing about the
+    action, so nothing is retried, cleaned up or closed; it writes the
+    review packet for a person. Prints one JSON line."""
     work = args.work_dir
-    log = os.path.join(work, "audit.jsonl")
-    state = os.path.join(work, "state")
     staging = os.path.join(work, "staging")
+    log = os.path.join(staging, REA_LOG)
+    state = os.path.join(staging, REA_STATE)
     r = rc.reconcile(args.audit, log, staging=staging, state_dir=state)
     watchdog_alive = ((r.get("watchdog") or {}).get("liveness") or {}).get("state") == "alive"
     group = r.get("group") or {}
@@ -577,17 +601,11 @@ def fresh_controller(args):
                         "argv": p.get("argv")} for p in r.alive()
                        if not set(p.get("roles", [])) <= {"root", "caller"}],
              "unnamed": (r.get("unnamed") or {}).get("by_environment", [])}
-    # running with the watchdog gone is the action's cgroup still holding
-    # live members: nobody to close; recovering them is a person's call.
-    if r.outcome == "running" and watchdog_alive:
-        code, stdout, stderr = run_tool([args.watchdog, "close", "--state-dir", state,
-                                         "--wait", "60s"], timeout=120)
-        found["close_exit"] = code
-        try:
-            found["close"] = json.loads(stdout)
-        except ValueError:
-            found["close"] = None
-            found["close_error"] = stderr.strip()
+    packet = os.path.join(work, "review.html")
+    code, _, stderr = run_tool([args.audit, "report", log, "--staging", staging,
+                                "--output", packet], timeout=120)
+    found.update(decision="review", packet=packet if os.path.exists(packet) else None,
+                 packet_error=stderr.strip() if not os.path.exists(packet) else "")
     print(json.dumps(found), flush=True)
     return 0
 
@@ -645,7 +663,7 @@ def scenario_response_lost(args, binaries, work, staging, report, later, watchdo
         + (f": {', '.join(found['codes'])}" if found["codes"] else ""))
     if found["reconcile"] == "running" and found.get("watchdog_alive"):
         out(f"             the watchdog is alive and owns what runs ({len(found['alive'])} "
-            "process(es) the log names are alive): no retry, no cleanup; close it")
+            "process(es) the log names are alive): still no retry, no cleanup, no close")
     elif found["reconcile"] == "running":
         out(f"             the watchdog is gone; {len(found['group_alive'])} member(s) of the "
             "action's cgroup are alive: no retry, no cleanup here; a person may run")
@@ -667,10 +685,21 @@ def scenario_response_lost(args, binaries, work, staging, report, later, watchdo
         v.pinned = None
         v.reconcile = found["reconcile"]
         return v, None, None
-    close = found.get("close") or {}
+    out(f"  decision   review: no retry, no cleanup, no close; the stage is kept and a "
+        f"person gets the packet {found.get('packet')}")
+    # Then the person, not the controller: the demo must not leave what it
+    # started running, so it closes the action (a stop) and keeps the stage.
+    code, stdout, stderr = run_tool([binaries[0], "close", "--state-dir",
+                                     os.path.join(staging, REA_STATE), "--wait", "60s"],
+                                    timeout=120)
+    try:
+        close = json.loads(stdout)
+    except ValueError:
+        raise DemoError(f"the person's close failed (exit {code}): {stderr.strip()}")
     head = close.get("head")
-    out(f"  close      by the fresh controller: exit {found.get('close_exit')}, "
-        f"{close.get('outcome')} ({close.get('stop_reason')})")
+    found["close_exit"] = code
+    out(f"  person     after the review, closed the action: exit {code}, "
+        f"{close.get('outcome')} ({close.get('stop_reason')}); the stage is kept")
     code, _ = wd.wait(60)
     later.append(f"  watchdog   exited {code} (waited by its parent)")
     rec = rc.read_receipt(wd.audit_log, head) if head else None
@@ -733,8 +762,9 @@ def main():
         if scenario == "upload-failed":
             v, rec, code = scenario_upload_failed(args, binaries, work, report, later)
         else:
-            stage(work)
-            out(f"  staging    {staging} (a fake runtime in it)")
+            local, binaries = binaries, stage(work, binaries)
+            out(f"  staging    {staging} (a fake runtime in it; rea's binaries in "
+                f"{REA_BIN}, its state directory and log in .rea/ too)")
             if scenario == "controller-kill":
                 v, rec, code = scenario_controller_kill(args, binaries, work, staging, report,
                                                         later)
@@ -785,12 +815,15 @@ def main():
         out(describe_verdict(v))
         # Both, never one alone: the watchdog's waited exit 0 and delete_allowed.
         receipt = rc.Receipt(None, None, None, None, None, exit_code=code)
-        deleted = rc.may_delete(receipt, v)
+        deleted = rc.may_delete(receipt, v) and not scenario.startswith("response-")
         if deleted:
-            deleted = remove_stage(binaries, work, staging, report, getattr(v, "pinned", None))
+            head = getattr(v, "pinned", None)
+            deleted = remove_stage(binaries, local, work, staging, report, head)
         if deleted:
             out("  staging    deleted by rea-stage remove (watchdog exit 0, delete_allowed, "
                 "and remove's own checks through one descriptor; verify REMOVE_LOG: removed)")
+        elif scenario.startswith("response-"):
+            out(f"  staging    kept: the controller's decision is review: {staging}")
         elif rc.may_delete(receipt, v):
             out(f"  staging    kept: rea-stage remove refused or stopped: {staging}")
         else:
@@ -798,6 +831,8 @@ def main():
             out(f"  staging    kept ({why} does not allow deletion): {staging}")
         by_reconcile = scenario == "response-and-watchdog-lost"
         reached = getattr(v, "reconcile", None) if by_reconcile else v["verdict"]
+        if scenario == "response-lost":
+            reached = report["reconcile"].get("decision")
         ok = reached == expected and deleted == (expected == "delete_allowed")
     if scenario == "controller-kill":
         # The evidence must show the watchdog reacted and proved the stop.
@@ -805,7 +840,8 @@ def main():
     if scenario == "watchdog-loss":
         ok = ok and "no_receipt" in v.codes
     if scenario == "response-lost":
-        ok = ok and report["reconcile"]["reconcile"] == "running"
+        ok = (ok and report["reconcile"]["reconcile"] == "running"
+              and report["reconcile"].get("packet") is not None)
     if scenario == "response-and-watchdog-lost":
         ok = ok and v["verdict"] == "retain"
     # show has no --staging: after a deletion it can only say the stage
@@ -821,18 +857,24 @@ def main():
     return 0 if ok else 1
 
 
-def remove_stage(binaries, work, staging, report, head):
+def remove_stage(binaries, local, work, staging, report, head):
     """Deletes the stage the way a controller must (docs/stage.md, "One
     verified removal"): `rea-stage remove`, which opens it once, re-runs
     verify's checks through that descriptor and removes exactly what it
     checked, logging each removal; then `rea-audit verify REMOVE_LOG` must
-    say removed. Never `rm -rf`. True when the stage is gone that way."""
+    say removed (the controller's own rea-audit, `local`: the stage's went
+with it). Never `rm -rf`. True when the stage is gone that way."""
     if not head:
         return False
+    # The log is in the stage and goes with it: fetch it first (the packet
+    # and `show` read the copy), and remove against the copy.
+    fetched = os.path.join(work, "audit.jsonl")
+    shutil.copy2(report["audit_log"], fetched)
+    report["audit_log"] = fetched
     log = os.path.join(work, "remove.jsonl")
     code, _, stderr = run_tool([binaries[2], "remove", staging, "--audit-log",
-                                report["audit_log"], "--expect-head", head, "--log", log])
-    r = subprocess.run([binaries[1], "verify", log, "--json"], stdin=subprocess.DEVNULL,
+                                fetched, "--expect-head", head, "--log", log])
+    r = subprocess.run([local[1], "verify", log, "--json"], stdin=subprocess.DEVNULL,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
     try:
         result = json.loads(r.stdout).get("result")

@@ -581,10 +581,12 @@ fn rehearse_upload_failed_discards_the_untouched_stage() {
 
 /// The SSH response was lost (docs/containment.md; the sixth outcome): the
 /// process holding the rehearsal's reply channel is killed, the watchdog runs
-/// on; a fresh controller reconciles (`running`), closes, and only the
-/// watchdog's exit 0 *and* delete_allowed let the stage go.
+/// on; a fresh controller reconciles (`running`, read-only) and decides
+/// review: no retry, no cleanup, no close, the stage kept, the review packet
+/// written. Only then does the demo, as the person, close the action so
+/// that nothing it started is left; the stage still stays.
 #[test]
-fn rehearse_response_lost_reconciles_running_then_closes() {
+fn rehearse_response_lost_reconciles_and_decides_review() {
     require_pid_ns!("rehearse_response_lost");
     let sibling = Sibling::start();
     let mut r = rehearse("response-lost", &[]);
@@ -592,15 +594,18 @@ fn rehearse_response_lost_reconciles_running_then_closes() {
     let found = &r.report["reconcile"];
     assert_eq!(found["reconcile"], "running", "{}", r.explain());
     assert_eq!(found["reconcile_exit"], 5);
-    assert_eq!(found["close_exit"], 0, "{found:#}");
+    assert_eq!(found["decision"], "review", "{found:#}");
+    let packet = found["packet"].as_str().expect("the review packet was written");
+    let page = std::fs::read_to_string(packet).unwrap();
+    assert!(page.contains("<html") || page.contains("<!DOCTYPE"), "{packet}");
+    assert_eq!(found["close_exit"], 0, "the person's close: {found:#}");
     assert_eq!(r.report["watchdog_exit"], 0);
-    assert_eq!(r.report["verdict"], "delete_allowed");
-    assert_eq!(r.report["staging_deleted"], true);
-    assert!(!r.staging().exists());
+    assert_eq!(r.report["staging_deleted"], false);
+    assert!(r.staging().exists(), "the stage is kept on review");
     assert_all_fixtures_gone(&mut r, 1, 4);
     let recs = Log::read(&r.log());
     // The response that could not be delivered is in the log; the stop is
-    // the fresh controller's close.
+    // the person's close, after the decision.
     assert!(!all!(recs, Event::ReplyFailed).is_empty(), "{recs:#?}");
     let first = all!(recs, Event::StopTriggered)[0];
     assert_eq!(first.reason, StopReason::CloseWhileRunning, "{first:?}");
