@@ -77,6 +77,9 @@ def _watch_stdin(ev: Events) -> None:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--stage", required=True)
+    p.add_argument("--watchdog", required=True)
+    p.add_argument("--state-dir", required=True)
+    p.add_argument("--audit-log", required=True)
     p.add_argument("--events", required=True)
     p.add_argument("--phases", required=True)
     p.add_argument("--wait-eof", type=float, default=60.0)
@@ -96,13 +99,10 @@ def main() -> int:
     sys.path.insert(0, os.path.join(a.stage, "rea_client.zip"))
     import rea_client as rc
 
-    rea = os.path.join(a.stage, ".rea")
     err = open(a.events + ".watchdog-stderr", "ab")
     code = 0
     try:
-        wd = rc.Watchdog.start(os.path.join(rea, "bin", "rea-watchdog"),
-                               state_dir=os.path.join(rea, "state"),
-                               audit_log=os.path.join(rea, "audit.jsonl"),
+        wd = rc.Watchdog.start(a.watchdog, state_dir=a.state_dir, audit_log=a.audit_log,
                                staging=a.stage, stderr=err, start_new_session=True)
     except rc.ReaError as e:
         ev.emit({"event": "failed", "error": f"the watchdog did not start: {e}"})
@@ -110,7 +110,7 @@ def main() -> int:
     ev.emit({"event": "watchdog", "pid": wd.pid, "start_time": _start_time(wd.pid),
              "run_id": wd.run_id, "audit_log": wd.audit_log})
     run = rc.Runner(wd)
-    subst = {"{stage}": a.stage, "{python}": sys.executable}
+    subst = {"{stage}": a.stage, "{python}": sys.executable, "{watchdog}": a.watchdog}
     try:
         for ph in json.loads(a.phases):
             argv = [_subst(x, subst) for x in ph["argv"]]

@@ -189,6 +189,11 @@ class Plan:
     local_audit: Optional[str] = None
     remote_python: str = "python3"
     harness_wait_eof: float = 60.0
+    #: "rea-dir" (SPEC 11.2, the default): binaries in STAGE/.rea/bin, the
+    #: state directory and the log in STAGE/.rea. "flat": binaries at the
+    #: stage's top, the state directory and the log in WORK (for a
+    #: watchdog that predates 11.2, whose begin takes plain names only).
+    layout: str = "rea-dir"
 
     def check(self) -> None:
         for what, p in (("stage", self.stage), ("work", self.work)):
@@ -203,12 +208,23 @@ class Plan:
             raise ValueError(f"upload names must be distinct and not rea's own: {names}")
 
     @property
+    def rea_dir(self) -> bool:
+        if self.layout not in ("rea-dir", "flat"):
+            raise ValueError(f"layout is rea-dir or flat, not {self.layout!r}")
+        return self.layout == "rea-dir"
+
+    @property
+    def bin_prefix(self) -> str:
+        """Where the binaries go, relative to the stage ("" or ".rea/bin/")."""
+        return ".rea/bin/" if self.rea_dir else ""
+
+    @property
     def audit_log(self) -> str:
-        return f"{self.stage}/.rea/audit.jsonl"
+        return f"{self.stage}/.rea/audit.jsonl" if self.rea_dir else f"{self.work}/audit.jsonl"
 
     @property
     def state_dir(self) -> str:
-        return f"{self.stage}/.rea/state"
+        return f"{self.stage}/.rea/state" if self.rea_dir else f"{self.work}/state"
 
     @property
     def events(self) -> str:
@@ -216,7 +232,7 @@ class Plan:
         return f"{self.work}/harness-events.jsonl"
 
     def bin(self, name: str) -> str:
-        return f"{self.stage}/.rea/bin/{name}"
+        return f"{self.stage}/{self.bin_prefix}{name}"
 
 
 @dataclasses.dataclass
@@ -360,7 +376,7 @@ class Controller:
             pack["harness.py"] = harness
             pack["rea_client.zip"] = self._zip_package()
             for name, path in self.plan.binaries.items():
-                pack[f".rea/bin/{name}"] = path
+                pack[f"{self.plan.bin_prefix}{name}"] = path
             self._pack = pack
         return self._pack
 
@@ -390,9 +406,9 @@ class Controller:
         if code != 0:
             raise SSHError(f"the upload of rea-stage into {p.work} failed (exit {code})")
         pins = [f"--file={name}={_sha256(path)}" for name, path in self.uploads().items()]
+        mkdir = [["mkdir", "-m", "0700", f"{p.stage}/.rea", f"{p.stage}/.rea/bin"]]
         r = self.ssh([f"{p.work}/rea-stage", "begin", p.stage, *pins],
-                     shell_and=[["mkdir", "-m", "0700", f"{p.stage}/.rea",
-                                 f"{p.stage}/.rea/bin"]])
+                     shell_and=mkdir if p.rea_dir else [])
         sha = r.stdout.decode().strip().splitlines()[-1:] if r.returncode == 0 else []
         if not sha or not re.fullmatch(r"[0-9a-f]{64}", sha[0]):
             raise SSHError(f"rea-stage begin failed (exit {r.returncode}): "
@@ -404,7 +420,7 @@ class Controller:
         top = [path for name, path in self.uploads().items() if "/" not in name]
         bins = [path for name, path in self.uploads().items() if "/" in name]
         code = self.scp_to(top, f"{self.plan.stage}/", hook)
-        if code != 0:
+        if code != 0 or not bins:
             return code
         return self.scp_to(bins, f"{self.plan.stage}/.rea/bin/", hook)
 
@@ -429,7 +445,8 @@ class Controller:
         p = self.plan
         phases = [dataclasses.asdict(ph) for ph in p.phases]
         argv = [p.remote_python, f"{p.stage}/harness.py", "--stage", p.stage,
-                "--events", p.events, "--phases", json.dumps(phases),
+                "--watchdog", p.bin("rea-watchdog"), "--state-dir", p.state_dir,
+                "--audit-log", p.audit_log, "--events", p.events, "--phases", json.dumps(phases),
                 "--wait-eof", str(p.harness_wait_eof)]
         err = open(os.path.join(p.local_dir, "harness-ssh.stderr"), "ab")
         try:
