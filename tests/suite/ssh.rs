@@ -24,6 +24,14 @@ use serde_json::Value;
 
 const SSHD: &str = "/usr/sbin/sshd";
 
+/// The stage's layout (rea_client.ssh.Plan.layout): `rea-dir` (SPEC 11.2,
+/// the default); `REA_SSH_LAYOUT=flat` runs the same scenarios with the
+/// binaries at the stage's top and the state and log outside it, for a
+/// build whose `rea-stage begin` takes plain names only.
+fn layout() -> String {
+    std::env::var("REA_SSH_LAYOUT").unwrap_or_else(|_| "rea-dir".into())
+}
+
 /// One run of the fixture: its JSON, the sibling (still held) and the scratch.
 struct World {
     v: Value,
@@ -53,6 +61,7 @@ fn world(scenario: &str) -> World {
         .arg("--fixtures")
         .arg(format!("{}/fixtures", env!("CARGO_MANIFEST_DIR")))
         .args(["--install-argv", &install])
+        .args(["--layout", &layout()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

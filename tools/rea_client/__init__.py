@@ -782,15 +782,12 @@ class Watchdog(Client):
               term_grace: Optional[Duration] = None, kill_bound: Optional[Duration] = None,
               output_cap: Optional[Union[int, str]] = None, pass_env: Iterable[str] = (),
               extra_args: Iterable[StrPath] = (), stderr: Union[None, int, IO[Any]] = None,
-              ready_timeout: Duration = 30, start_new_session: bool = False) -> "Watchdog":
+              ready_timeout: Duration = 30) -> "Watchdog":
         """Starts the watchdog and waits for its ready line. Durations are
         seconds (a number) or strings like "500ms", "2m"; a zero
         `term_grace`/`kill_bound` is passed as 0. The watchdog's root
         controller is this process: if it dies, the watchdog stops everything
-        (root_lost). `start_new_session=True` starts it in a session of its
-        own (setsid), as over SSH (rea_client.ssh): a hangup of this
-        process's terminal or session does not reach it; it is still this
-        process's child, and this process is still its root controller."""
+        (root_lost)."""
         binary = binary or os.environ.get("REA_WATCHDOG") or shutil.which("rea-watchdog")
         if not binary:
             raise ReaError("rea-watchdog not found (pass binary= or set REA_WATCHDOG)")
@@ -812,7 +809,7 @@ class Watchdog(Client):
             cmd += ["--pass-env", name]
         cmd += [os.fspath(a) for a in extra_args]
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=stderr, start_new_session=start_new_session)
+                                stderr=stderr)
         # Our own unreaped child: its pid cannot be reused, so this is race-free.
         pidfd = os.pidfd_open(proc.pid)
         try:

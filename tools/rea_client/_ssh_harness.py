@@ -3,9 +3,10 @@ STAGE/harness.py and run as `ssh HOST python3 STAGE/harness.py --stage STAGE
 --events FILE --phases JSON [--wait-eof SECONDS]`.
 
 It imports rea_client from STAGE/rea_client.zip (uploaded beside it), starts
-`STAGE/.rea/bin/rea-watchdog run` in a session of its own (setsid: the SSH
-session's hangup does not reach it; this harness stays its parent and root
-controller, so killing the harness is root_lost), runs each phase through
+`STAGE/.rea/bin/rea-watchdog run` (which leaves this session itself:
+setsid, so the SSH session's hangup does not reach it; this harness stays
+its parent and root controller, so killing the harness is root_lost), runs
+each phase through
 `rea_client.Runner`, closes the action and prints the close head.
 
 stdout carries one JSON line per event for the controller (`harness`,
@@ -103,12 +104,16 @@ def main() -> int:
     code = 0
     try:
         wd = rc.Watchdog.start(a.watchdog, state_dir=a.state_dir, audit_log=a.audit_log,
-                               staging=a.stage, stderr=err, start_new_session=True)
+                               staging=a.stage, stderr=err)
     except rc.ReaError as e:
         ev.emit({"event": "failed", "error": f"the watchdog did not start: {e}"})
         return 3
-    ev.emit({"event": "watchdog", "pid": wd.pid, "start_time": _start_time(wd.pid),
-             "run_id": wd.run_id, "audit_log": wd.audit_log})
+    # The watchdog's own pid, from its ready line (it is ours, wd.pid, unless
+    # setsid was refused and it forked, leaving a shim: docs/architecture.md).
+    with open(os.path.join(a.state_dir, "ready.json")) as f:
+        ready = json.load(f)
+    ev.emit({"event": "watchdog", "pid": ready["pid"], "start_time": ready["start_time"],
+             "child": wd.pid, "run_id": wd.run_id, "audit_log": wd.audit_log})
     run = rc.Runner(wd)
     subst = {"{stage}": a.stage, "{python}": sys.executable, "{watchdog}": a.watchdog}
     try:

@@ -49,8 +49,9 @@ after the upload runs the stage's own binaries, `STAGE/.rea/bin/...`.
 
 The flow (`Controller.run`): begin; upload; the harness (`ssh host
 python3 STAGE/harness.py ...`) starts `rea-watchdog run` from
-`STAGE/.rea/bin` in a session of its own (setsid: a hangup of the SSH
-session does not reach it; the harness stays its root controller), runs
+`STAGE/.rea/bin` (the watchdog leaves the SSH session itself, setsid: a
+hangup of that session does not reach it; the harness stays its parent
+and root controller), runs
 the phases through `rea_client.Runner`, closes the action and prints the
 close head; the controller fetches the sealed log with scp, pins its head
 (`rea-audit verify LOCAL_COPY --expect-head HEAD` with the local
