@@ -160,14 +160,16 @@ fn success_is_removed_by_rea_stage_remove() {
     // The fetched log's head is the one the close printed, its chain intact.
     let head = o["head"].as_str().unwrap();
     let local = Path::new(o["local_log"].as_str().unwrap());
-    let last = records(local).last().cloned().unwrap();
-    assert_eq!(last["head"].as_str().or(last["hash"].as_str()), Some(head));
     let (code, v) = verify_log(local, &["--expect-head", head]);
+    assert_eq!(v["head"], head, "{v}");
+    assert_eq!(v["sealed"], true, "{v}");
+    // The copy is away from its stage: kept for that one reason only.
     assert!(
         code == 0 || reason_codes(&v) == ["staging_not_checked"],
         "{v}"
     );
     assert_eq!(o["remove"]["exit"], 0, "{}", o["remove"]);
+    assert_eq!(o["remove"]["stdout"]["outcome"], "removed");
     assert_eq!(o["remove"]["verify"]["result"], "removed");
     assert_eq!(w.v["stage_exists"], false, "0 left: the stage is gone");
     // The harness ended on the EOF the controller gave it; no signal.
