@@ -40,6 +40,11 @@ struct World {
 }
 
 fn world(scenario: &str) -> World {
+    world_with(scenario, false)
+}
+
+/// `tty`: the harness's ssh gets a pty (`-tt`).
+fn world_with(scenario: &str, tty: bool) -> World {
     assert!(
         Path::new(SSHD).exists(),
         "{SSHD} is missing: install openssh-server (tools/test and .ci/run do)"
@@ -62,6 +67,7 @@ fn world(scenario: &str) -> World {
         .arg(format!("{}/fixtures", env!("CARGO_MANIFEST_DIR")))
         .args(["--install-argv", &install])
         .args(["--layout", &layout()])
+        .args(if tty { &["--tty"][..] } else { &[][..] })
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -205,6 +211,21 @@ fn local_ssh_killed_mid_rehearsal_is_review_with_the_stage_kept() {
     // Without a pty sshd signals nothing: the harness reads EOF on stdin.
     assert!(w.saw("stdin_eof"), "{:?}", w.events());
     assert!(!w.signals().contains(&"SIGHUP".into()), "{:?}", w.signals());
+    w.sibling.assert_alive();
+}
+
+#[test]
+fn local_ssh_killed_with_a_pty_hangs_up_the_harness() {
+    require_pid_ns!("ssh::local_ssh_killed_with_a_pty_hangs_up_the_harness");
+    let w = world_with("ssh-kill", true);
+    assert_eq!(w.outcome()["harness_exit"], -9, "{}", w.v);
+    w.assert_review_kept();
+    w.assert_all_ended();
+    // With a pty sshd closes its master: the kernel hangs up the harness
+    // (SIGHUP to the session's leader); the watchdog, in a session of its
+    // own, is not reached, and the action ends as the harness closes it.
+    assert!(w.signals().contains(&"SIGHUP".into()), "{:?}", w.events());
+    assert!(w.saw("closed"), "{:?}", w.events());
     w.sibling.assert_alive();
 }
 
