@@ -642,7 +642,8 @@ class Controller:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """`python3 -m rea_client.ssh`: the whole flow against one host;
-    prints the Outcome as JSON; exit 0 removed/discarded, 1 retain, 2 review."""
+    prints the Outcome as JSON; exit 0 removed/discarded, 1 retain, 2 review,
+    3 a step failed before any decision (begin refused, a fetch failed)."""
     a = argparse.ArgumentParser(prog="python3 -m rea_client.ssh", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     a.add_argument("host")
@@ -660,15 +661,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a.add_argument("--phase", action="append", default=[],
                    help='JSON: {"name", "argv", "timeout", "inner_alarm"?, "env"?}')
     a.add_argument("--local-dir", default=None, help="where the fetched logs go")
+    a.add_argument("--layout", default="rea-dir", choices=["rea-dir", "flat"],
+                   help="rea-dir: binaries, state and log in STAGE/.rea (SPEC 11.2)")
     args = a.parse_args(argv)
     plan = Plan(stage=args.stage, work=args.work, binaries=local_binaries(args.bin_dir),
                 files=args.file, phases=[Phase(**json.loads(p)) for p in args.phase],
-                local_dir=args.local_dir or tempfile.mkdtemp(prefix="rea-ssh."))
+                local_dir=args.local_dir or tempfile.mkdtemp(prefix="rea-ssh."),
+                layout=args.layout)
     target = Target(args.host, identity=args.identity, known_hosts=args.known_hosts,
                     user=args.user, port=args.port, connect_timeout=args.connect_timeout,
                     server_alive_interval=args.server_alive_interval,
                     server_alive_count_max=args.server_alive_count_max)
-    o = Controller(target, plan).run()
+    try:
+        o = Controller(target, plan).run()
+    except (SSHError, ValueError) as e:
+        print(f"rea_client.ssh: {e}", file=sys.stderr)
+        return 3
     print(json.dumps(o.to_json(), indent=1))
     return {"removed": 0, "discarded": 0, "retain": 1}.get(o.decision, 2)
 
