@@ -208,8 +208,10 @@ fn local_ssh_killed_mid_rehearsal_is_review_with_the_stage_kept() {
     assert_eq!(w.outcome()["harness_exit"], -9, "{}", w.v);
     w.assert_review_kept();
     w.assert_all_ended();
-    // Without a pty sshd signals nothing: the harness reads EOF on stdin.
+    // Without a pty sshd signals nothing: the harness reads EOF on stdin,
+    // and its next write (the rehearsal's end, 5 s on) fails: EPIPE.
     assert!(w.saw("stdin_eof"), "{:?}", w.events());
+    assert!(w.saw("stdout_error"), "{:?}", w.events());
     assert!(!w.signals().contains(&"SIGHUP".into()), "{:?}", w.signals());
     w.sibling.assert_alive();
 }
