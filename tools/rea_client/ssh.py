@@ -75,6 +75,10 @@ The unhappy paths (README, "The six outcomes"):
 - the harness ends without a close (its watchdog was lost, a phase
   failed to start): reconcile as above -> `review`.
 - the action closed but verify says retain: `retain`, stage kept.
+- `begin` itself failing (refused, or its ssh lost) raises SSHError:
+  nothing was uploaded, but a lost `begin` may have created the stage
+  without the controller learning its receipt's SHA-256, so it cannot be
+  discarded from here; a person looks.
 
 Remote paths (STAGE, WORK) must be absolute and plain (letters, digits,
 `._+-/`): they pass through scp and the remote shell unchanged.
