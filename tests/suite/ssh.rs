@@ -268,3 +268,37 @@ fn the_watchdog_killed_is_review() {
     w.assert_all_ended();
     w.sibling.assert_alive();
 }
+
+#[test]
+fn remote_arguments_arrive_byte_for_byte_and_a_wrong_host_key_is_refused() {
+    require_pid_ns!("ssh::remote_arguments_arrive_byte_for_byte_and_a_wrong_host_key_is_refused");
+    let w = world("quoting");
+    assert_eq!(w.v["exit"], 0, "{}", w.v);
+    assert_eq!(w.v["back"], w.v["sent"], "shlex.quote through ssh and sh");
+    let argv: Vec<&str> = w.v["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    for opt in [
+        "BatchMode=yes",
+        "IdentitiesOnly=yes",
+        "StrictHostKeyChecking=yes",
+        "ServerAliveInterval=15",
+        "ServerAliveCountMax=3",
+        "ConnectTimeout=10",
+    ] {
+        assert!(argv.contains(&opt), "{opt} missing from {argv:?}");
+    }
+    assert_eq!(w.v["wrong_host_key_exit"], 255, "{}", w.v);
+    assert!(
+        w.v["wrong_host_key_stderr"]
+            .as_str()
+            .unwrap()
+            .contains("Host key verification failed"),
+        "{}",
+        w.v
+    );
+    w.sibling.assert_alive();
+}
