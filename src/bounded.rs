@@ -61,6 +61,16 @@ use crate::process::pidfd::{bind_child, VerifiedPidFd};
 /// called unreadable.
 pub const STAGE_DEADLINE: Duration = Duration::from_secs(5);
 
+/// The slowest hashing rate a deadline allows for (a loaded machine, a
+/// slow disk): 16 MiB/s, on top of [`STAGE_DEADLINE`].
+const SLOWEST_BYTES_PER_SEC: u64 = 16 << 20;
+
+/// How long walking and hashing a stage of `bytes` may take before it is
+/// called unreadable.
+pub fn hash_deadline(bytes: u64) -> Duration {
+    STAGE_DEADLINE + Duration::from_secs(bytes / SLOWEST_BYTES_PER_SEC)
+}
+
 /// Set in a helper, before its work runs; never in the caller.
 static IN_HELPER: AtomicBool = AtomicBool::new(false);
 

@@ -121,6 +121,12 @@ pub enum Code {
     /// The stage's content at start is not the `--expect-stage-digest`
     /// the controller pinned for what it uploaded.
     StageDigestMismatch,
+    /// The watchdog's state directory inside the stage was not removed at
+    /// close (docs/stage.md, "The watchdog's own place").
+    PrivateStateKept,
+    /// The watchdog's own files in the stage are not as close left them:
+    /// its state directory is back, or its log's path holds another file.
+    PrivateStateChanged,
     // Could not look.
     IoError,
     NotARegularFile,
@@ -183,7 +189,9 @@ impl Code {
             | StageBaselineMissing
             | StageNotAsUploaded
             | StageRefused
-            | StageDigestMismatch => Status::Retain,
+            | StageDigestMismatch
+            | PrivateStateKept
+            | PrivateStateChanged => Status::Retain,
             IoError | NotARegularFile => Status::Error,
         }
     }

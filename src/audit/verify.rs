@@ -16,6 +16,7 @@ use super::reader::{open_log, OpenError};
 use super::replay::Replay;
 use super::rules;
 use super::stage::held as stage_held;
+use super::stage::private as stage_private;
 use super::stage::run as stage_run;
 use super::verdict::{Code, Reason, Status, Verdict};
 use crate::bounded::Failure;
@@ -387,6 +388,7 @@ fn judge(
     for (code, detail) in stage_run::during_run(replay, rc)
         .into_iter()
         .chain(stage_run::as_uploaded(replay, want))
+        .chain(stage_private::at_close(replay, rc))
     {
         rs.push(code, None, detail);
     }
@@ -523,7 +525,9 @@ fn the_sealed_stage(
 ) -> Option<HolderScan> {
     use std::os::fd::AsFd;
     let opened = opts.staging_fd.as_deref().map(AsFd::as_fd);
-    match stage_held::look_at(path, opened, Some(&sealed.identity)) {
+    let private = sealed.private.as_ref();
+    let bytes = sealed.inventory.bytes;
+    match stage_held::look_at(path, opened, Some(&sealed.identity), private, bytes) {
         Ok(seen) if !inventory::same_dir(&seen.now.identity, &sealed.identity) => rs.push(
             Code::StagingMismatch,
             None,
@@ -543,6 +547,9 @@ fn the_sealed_stage(
                         path.display()
                     ),
                 );
+            }
+            for p in seen.private {
+                rs.push(Code::PrivateStateChanged, None, p);
             }
             // The stage of this run, changed or not: who holds it now.
             let scan = seen.scan?;

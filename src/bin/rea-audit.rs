@@ -239,7 +239,7 @@ fn usage(msg: &str) -> ExitCode {
     ExitCode::from(Status::Error.exit_code() as u8)
 }
 
-fn main() -> ExitCode {
+pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

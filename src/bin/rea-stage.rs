@@ -183,7 +183,7 @@ enum Cmd {
     },
 }
 
-fn main() -> ExitCode {
+pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

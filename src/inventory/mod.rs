@@ -5,7 +5,7 @@
 //! filesystem is entered, so neither an inventory nor a removal can be
 //! steered outside the directory it was asked about.
 
-use std::ffi::{CStr, CString, OsStr};
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -14,15 +14,16 @@ use std::path::Path;
 use nix::dir::Dir;
 use nix::fcntl::{openat, AtFlags, OFlag, AT_FDCWD};
 use nix::sys::stat::{fstat, fstatat, FileStat, Mode};
-use nix::unistd::{unlinkat, UnlinkatFlags};
 use sha2::{Digest, Sha256};
 
-use crate::kinds::watchdog::{DirIdentity, Inventory, StagingInventoried, TempEntry};
+use crate::kinds::watchdog::{DirIdentity, Inventory, PrivateState, StagingInventoried, TempEntry};
 use crate::vocab::hex;
 
 pub mod listing;
+mod remove;
 
 pub use listing::{Entry, Listing};
+pub use remove::{remove_contents, remove_tree_at};
 
 /// Deepest directory nesting walked; deeper trees are an error, not a hang.
 const MAX_DEPTH: usize = 256;
@@ -120,6 +121,10 @@ struct Walk<'a> {
     /// Every entry, for naming what changed (the staging rule), up to
     /// [`listing::MAX_LISTED`]; `None` when not asked for.
     list: Option<Listing>,
+    /// Paths (relative to the root) left out of everything above: the
+    /// watchdog's own files in a stage. `visit` still sees them (so a
+    /// removal removes them), and a directory among them is not entered.
+    skip: &'a [Vec<u8>],
     visit: &'a mut dyn FnMut(&[u8], &FileStat),
 }
 
@@ -169,6 +174,21 @@ impl Walk<'_> {
                 rel.push(b'/');
             }
             rel.extend_from_slice(name.to_bytes());
+            if self.skip.iter().any(|s| s.as_slice() == rel.as_slice()) {
+                (self.visit)(rel, &st);
+                rel.truncate(len);
+                continue;
+            }
+            let mut st = st;
+            if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                // A directory's link count counts its subdirectories; a
+                // skipped one (the state directory, removed at close) is
+                // not counted, so the parent's line does not change when
+                // it goes.
+                st.st_nlink = st
+                    .st_nlink
+                    .saturating_sub(self.skipped_dirs_in(dirfd, &name, rel));
+            }
             self.entry(dirfd, &name, rel, &st)?;
             if st.st_mode & libc::S_IFMT == libc::S_IFDIR && st.st_dev == self.root_dev {
                 let sub = openat(dirfd, name.as_c_str(), dir_flags(), Mode::empty())?;
@@ -177,6 +197,30 @@ impl Walk<'_> {
             rel.truncate(len);
         }
         Ok(())
+    }
+
+    /// How many of the skipped paths are subdirectories directly inside
+    /// directory `rel` (named `name` under `dirfd`) right now.
+    fn skipped_dirs_in(&self, dirfd: BorrowedFd<'_>, name: &CStr, rel: &[u8]) -> u64 {
+        let children: Vec<&[u8]> = self
+            .skip
+            .iter()
+            .filter_map(|s| s.strip_prefix(rel)?.strip_prefix(b"/"))
+            .filter(|child| !child.is_empty() && !child.contains(&b'/'))
+            .collect();
+        if children.is_empty() {
+            return 0;
+        }
+        let Ok(sub) = openat(dirfd, name, dir_flags(), Mode::empty()) else {
+            return 0;
+        };
+        let is_dir = |child: &&[u8]| {
+            CString::new(child.to_vec()).ok().is_some_and(|c| {
+                fstatat(&sub, c.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+            })
+        };
+        children.into_iter().filter(is_dir).count() as u64
     }
 
     fn entry(
@@ -255,6 +299,7 @@ fn walk(
     max_listing: usize,
     contents: bool,
     list: bool,
+    skip: &[Vec<u8>],
     visit: &mut dyn FnMut(&[u8], &FileStat),
 ) -> io::Result<Walked> {
     let root = fstat(dirfd)?;
@@ -269,6 +314,7 @@ fn walk(
         special: Vec::new(),
         special_truncated: false,
         list: list.then(Listing::default),
+        skip,
         visit,
     };
     w.dir(dirfd, &mut Vec::new(), 0)?;
@@ -298,6 +344,7 @@ pub fn inventory_fd(
         max_listing,
         false,
         false,
+        &[],
         &mut |_: &[u8], _: &FileStat| {},
     )?;
     let mut listing = w.listing;
@@ -313,44 +360,99 @@ pub fn inventory_fd(
 /// be a symlink), regular files' bytes included.
 pub fn inventory(path: &Path) -> io::Result<Inventory> {
     let fd = open_dir(path)?;
-    Ok(walk(fd.as_fd(), 0, true, false, &mut |_: &[u8], _: &FileStat| {})?.inventory)
+    Ok(walk(
+        fd.as_fd(),
+        0,
+        true,
+        false,
+        &[],
+        &mut |_: &[u8], _: &FileStat| {},
+    )?
+    .inventory)
 }
 
 /// The staging directory as a record: identity and full inventory from one
 /// descriptor, and its sockets, FIFOs and devices named.
 pub fn staging(path: &Path) -> io::Result<StagingInventoried> {
-    Ok(staging_open(path)?.0)
+    Ok(staging_open(path, None)?.0)
 }
 
 /// [`staging`], and the descriptor it was taken through (so that what is
-/// done next, the holder scan, is of the same directory).
-pub fn staging_open(path: &Path) -> io::Result<(StagingInventoried, OwnedFd)> {
-    let (inv, _, fd) = staging_walk(path, false)?;
+/// done next, the holder scan, is of the same directory). `private`: the
+/// watchdog's own files in the stage, left out (docs/stage.md, "The
+/// watchdog's own place"); the record names them.
+pub fn staging_open(
+    path: &Path,
+    private: Option<&PrivateState>,
+) -> io::Result<(StagingInventoried, OwnedFd)> {
+    let (inv, _, fd) = staging_walk(path, false, private)?;
     Ok((inv, fd))
 }
 
 /// [`staging`] with every entry listed (up to [`listing::MAX_LISTED`]):
 /// the baseline at start and the walk at close, which are compared entry by
 /// entry to name what changed during the run (docs/stage.md).
-pub fn staging_listed(path: &Path) -> io::Result<(StagingInventoried, Listing)> {
-    let (inv, list, _) = staging_walk(path, true)?;
+pub fn staging_listed(
+    path: &Path,
+    private: Option<&PrivateState>,
+) -> io::Result<(StagingInventoried, Listing)> {
+    let (inv, list, _) = staging_walk(path, true, private)?;
     Ok((inv, list.unwrap_or_default()))
 }
 
 /// [`staging`] of a directory already open as `dirfd` (the descriptor a
 /// caller reached without symlinks and keeps acting through; `path` names
 /// it in the record): what `rea-stage remove` checks against the log.
-pub fn staging_fd(dirfd: BorrowedFd<'_>, path: &Path) -> io::Result<StagingInventoried> {
+pub fn staging_fd(
+    dirfd: BorrowedFd<'_>,
+    path: &Path,
+    private: Option<&PrivateState>,
+) -> io::Result<StagingInventoried> {
     let st = fstat(dirfd)?;
     let identity = identity_of(&std::path::absolute(path)?, &st);
-    let w = walk(dirfd, 0, true, false, &mut |_: &[u8], _: &FileStat| {})?;
+    let skip = private.map(PrivateState::skipped).unwrap_or_default();
+    let w = walk(
+        dirfd,
+        0,
+        true,
+        false,
+        &skip,
+        &mut |_: &[u8], _: &FileStat| {},
+    )?;
     Ok(StagingInventoried {
         identity,
         inventory: w.inventory,
         special: w.special,
         special_truncated: w.special_truncated,
         unreadable: None,
+        private: private.cloned(),
     })
+}
+
+/// What `rel` (components joined by `/`) is under `dirfd`, reached one
+/// component at a time without following a link anywhere: `None` when
+/// it does not exist; an error when a component on the way is a link or
+/// not a directory (`ELOOP`, `ENOTDIR`) or cannot be read.
+pub fn stat_under(dirfd: BorrowedFd<'_>, rel: &str) -> io::Result<Option<FileStat>> {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let Some((last, walk)) = parts.split_last() else {
+        return Ok(None);
+    };
+    let mut dir: Option<OwnedFd> = None;
+    for p in walk {
+        let at = dir.as_ref().map_or(dirfd, |d| d.as_fd());
+        match openat(at, *p, dir_flags(), Mode::empty()) {
+            Ok(fd) => dir = Some(fd),
+            Err(nix::errno::Errno::ENOENT) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let at = dir.as_ref().map_or(dirfd, |d| d.as_fd());
+    match fstatat(at, *last, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(nix::errno::Errno::ENOENT) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// One entry of a walk as the removal needs it: its path's bytes (relative
@@ -366,11 +468,13 @@ pub struct Node {
 }
 
 /// The staging walk of `dirfd` (the same canonical lines, so the same
-/// digest as [`staging`]), and every entry it saw as a [`Node`], in walk
-/// order; at most `max` nodes (`None` past it).
+/// digest as [`staging`], `private` left out of it), and every entry it
+/// saw as a [`Node`], in walk order, the private ones included (they go
+/// with the stage); at most `max` nodes (`None` past it).
 pub fn staging_nodes(
     dirfd: BorrowedFd<'_>,
     max: usize,
+    private: Option<&PrivateState>,
 ) -> io::Result<(Inventory, Option<Vec<Node>>)> {
     let mut nodes = Some(Vec::new());
     let mut keep = |rel: &[u8], st: &FileStat| match &mut nodes {
@@ -382,80 +486,43 @@ pub fn staging_nodes(
         }),
         _ => nodes = None,
     };
-    let w = walk(dirfd, 0, true, false, &mut keep)?;
+    let skip = private.map(PrivateState::skipped).unwrap_or_default();
+    let w = walk(dirfd, 0, true, false, &skip, &mut keep)?;
     Ok((w.inventory, nodes))
 }
 
 fn staging_walk(
     path: &Path,
     list: bool,
+    private: Option<&PrivateState>,
 ) -> io::Result<(StagingInventoried, Option<Listing>, OwnedFd)> {
     let fd = open_dir(path)?;
     let st = fstat(&fd)?;
     let identity = identity_of(&std::path::absolute(path)?, &st);
-    let w = walk(fd.as_fd(), 0, true, list, &mut |_: &[u8], _: &FileStat| {})?;
+    let skip = private.map(PrivateState::skipped).unwrap_or_default();
+    let w = walk(
+        fd.as_fd(),
+        0,
+        true,
+        list,
+        &skip,
+        &mut |_: &[u8], _: &FileStat| {},
+    )?;
     let inv = StagingInventoried {
         identity,
         inventory: w.inventory,
         special: w.special,
         special_truncated: w.special_truncated,
         unreadable: None,
+        private: private.cloned(),
     };
     Ok((inv, w.list, fd))
-}
-
-/// Removes everything below `dirfd`, depth first, without following links or
-/// crossing into another filesystem (a mount point inside is an error).
-pub fn remove_contents(dirfd: BorrowedFd<'_>) -> io::Result<()> {
-    let root = fstat(dirfd)?;
-    remove_below(dirfd, root.st_dev, 0)
-}
-
-fn remove_below(dirfd: BorrowedFd<'_>, dev: u64, depth: usize) -> io::Result<()> {
-    if depth > MAX_DEPTH {
-        return Err(io::Error::other(format!("deeper than {MAX_DEPTH} levels")));
-    }
-    for name in names(dirfd)? {
-        let st = fstatat(dirfd, name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW)?;
-        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-            if st.st_dev != dev {
-                return Err(io::Error::other(format!(
-                    "{} is a mount point; not removed",
-                    escape(name.to_bytes())
-                )));
-            }
-            let sub = openat(dirfd, name.as_c_str(), dir_flags(), Mode::empty())?;
-            remove_below(sub.as_fd(), dev, depth + 1)?;
-            unlinkat(dirfd, name.as_c_str(), UnlinkatFlags::RemoveDir)?;
-        } else {
-            unlinkat(dirfd, name.as_c_str(), UnlinkatFlags::NoRemoveDir)?;
-        }
-    }
-    Ok(())
-}
-
-/// Removes directory `name` under `parent` if it is still the directory
-/// `expect` (device and inode): contents first, then the entry itself.
-pub fn remove_tree_at(
-    parent: BorrowedFd<'_>,
-    name: &OsStr,
-    expect: &DirIdentity,
-) -> io::Result<()> {
-    let fd = openat(parent, name, dir_flags(), Mode::empty())?;
-    let st = fstat(&fd)?;
-    if st.st_dev != expect.dev || st.st_ino != expect.ino {
-        return Err(io::Error::other(
-            "the directory is no longer the one the watchdog created; not removed",
-        ));
-    }
-    remove_contents(fd.as_fd())?;
-    unlinkat(parent, name, UnlinkatFlags::RemoveDir)?;
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsStr;
     use std::fs;
     use std::os::unix::fs::symlink;
 

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::tree::{DirIdentity, Inventory, TempEntry};
+use super::tree::{DirIdentity, Inventory, PrivateState, TempEntry};
 
 /// A stage made by `rea-stage begin` was armed (docs/stage.md): the watchdog
 /// created `marker` in it exclusively, before its first spawn, so
@@ -103,6 +103,9 @@ pub struct StagingBaseline {
     /// How many names the before-transfer receipt pinned a SHA-256 for;
     /// all of them matched (else the start was refused).
     pub pinned: u64,
+    /// The watchdog's own files in the stage, left out of `inventory`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private: Option<PrivateState>,
 }
 
 impl StagingBaseline {
@@ -115,6 +118,7 @@ impl StagingBaseline {
             special_truncated: seen.special_truncated,
             content,
             pinned,
+            private: seen.private,
         }
     }
 }
@@ -175,4 +179,9 @@ pub struct StagingInventoried {
     /// named. `identity` is then the start's and `inventory` empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unreadable: Option<String>,
+    /// The watchdog's own files in the stage, left out of `inventory`
+    /// (docs/stage.md, "The watchdog's own place"); at close, with what
+    /// became of the state directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private: Option<PrivateState>,
 }

@@ -14,7 +14,7 @@ pub use super::stage::{
     StageArmed, StagingBaseline, StagingChanged, StagingInventoried, StartRefusal, StartRefused,
 };
 pub use super::stop::{StopPriority, StopTriggered};
-pub use super::tree::{DirIdentity, Inventory, TempEntry};
+pub use super::tree::{DirIdentity, Inventory, PrivateRemoved, PrivateState, TempEntry};
 use crate::holders::HolderScan;
 use crate::vocab::{Capture, Op, RefusalReason};
 use serde::{Deserialize, Serialize};

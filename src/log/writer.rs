@@ -149,6 +149,14 @@ impl<K: Kind> ChainWriter<K> {
         &self.path
     }
 
+    /// The log file's device and inode (what it is, whatever its path
+    /// leads to later).
+    pub fn file_id(&self) -> io::Result<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.file.metadata()?;
+        Ok((m.dev(), m.ino()))
+    }
+
     pub fn run(&self) -> &str {
         &self.run
     }

@@ -230,7 +230,7 @@ fn create_log(dir: &Path, hex: &str, log_path: &Path) -> Step<(Run, Before, Stri
     }
     let run_id = match super::receipt::nonce() {
         Ok(n) => format!("discard-{}", &n[..16]),
-        Err(e) => return Err(usage(format!("cannot read /dev/urandom: {e}"))),
+        Err(e) => return Err(usage(format!("cannot get random bytes (getrandom): {e}"))),
     };
     let shown = std::path::absolute(dir)
         .unwrap_or(dir.to_path_buf())

@@ -27,6 +27,9 @@ pub mod remove_tree;
 
 /// The before-transfer receipt's name inside the stage.
 pub const RECEIPT_NAME: &str = ".rea-before-transfer";
+/// The watchdog's own place in a stage: `bin/` (uploaded), its state
+/// directory and its audit log (docs/stage.md, "The watchdog's own place").
+pub const PRIVATE_DIR: &str = ".rea";
 /// The marker `rea-watchdog` creates before its first spawn (the stage is armed).
 pub const ARMED_NAME: &str = ".rea-exec-started";
 /// The marker `rea-stage discard` creates before its first removal. With

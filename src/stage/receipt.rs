@@ -8,7 +8,7 @@
 //! bytes, newline included.
 
 use std::collections::BTreeMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use nix::fcntl::{openat, OFlag};
@@ -182,11 +182,25 @@ impl std::fmt::Display for BeginError {
     }
 }
 
-/// 32 bytes from the kernel's CSPRNG (`/dev/urandom`), hex.
+/// 32 bytes from the kernel's CSPRNG (getrandom(2), the source of
+/// `/dev/urandom`), hex. A system call, not a file: the root rea-stage
+/// runs in may hold no `/dev/urandom` (docs/deploy.md).
 pub fn nonce() -> io::Result<String> {
     let mut b = [0u8; 32];
-    let mut f = std::fs::File::open("/dev/urandom")?;
-    f.read_exact(&mut b)?;
+    let mut got = 0;
+    while got < b.len() {
+        let rest = &mut b[got..];
+        // SAFETY: getrandom writes at most rest.len() bytes into rest.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        } else {
+            got += n as usize;
+        }
+    }
     Ok(crate::vocab::hex(&b))
 }
 
@@ -214,7 +228,7 @@ pub fn begin(
         let what = format!("{what} {shown}");
         move |err: io::Error| BeginError::Io { what, err }
     };
-    let nonce = nonce().map_err(io_err("reading /dev/urandom for"))?;
+    let nonce = nonce().map_err(io_err("getting random bytes (getrandom) for"))?;
     match mkdirat(
         parent.fd.as_fd(),
         parent.name.as_c_str(),

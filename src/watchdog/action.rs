@@ -13,6 +13,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use super::baseline::Stage;
 use super::config::Config;
 use super::effect::{Closer, Effect, Effects};
 use super::external::External;
@@ -45,7 +46,7 @@ pub struct Action {
     /// The watchdog's signals and the root controller.
     ext: External,
     state: StateDir,
-    stage: super::baseline::Stage,
+    stage: Stage,
     /// How a first trigger starts the stop procedure (fixed at start).
     how: StopStart,
     ledger: Ledger,
@@ -71,17 +72,16 @@ impl Action {
         let deadline = cfg.action_deadline.map(|d| Instant::now() + d);
         let jobs = Jobs::new(&cfg, &state, &started, deadline).map_err(OpenError::Jobs)?;
         let (contained, how) = (started.contained.take(), StopStart::new(&cfg, &started));
-        let me = started.me;
         let ext = External::new(started.signals, started.root, &cfg, &mut src)?;
         src.add(state.fifo.as_raw_fd(), Source::Fifo, Interest::READABLE)
             .map_err(OpenError::Fifo)?;
-        let mut ledger = Ledger::new(audit);
-        let mut stage = super::baseline::Stage::new(staging_start);
+        let mine = super::private::Mine::of(&state, &cfg.audit_log, &audit);
+        let (mut ledger, mut stage) = (Ledger::new(audit), Stage::new(staging_start, mine));
         let group = ledger.start([first, root], contained, stage.arm_then_baseline(&cfg));
         let group = group.map_err(OpenError::Ledger)?;
         Ok(Action {
             cfg,
-            me,
+            me: started.me,
             src,
             ext,
             state,
@@ -390,8 +390,8 @@ impl Action {
         }
         self.replies.drain_all(&mut self.src, EXIT_FLUSH);
         self.jobs.flush_passthrough(&mut self.src, EXIT_FLUSH);
-        if self.cfg.mode == Mode::Exec {
-            self.state.remove_all_bounded(); // exec's state directory was private to it
+        if self.cfg.mode == Mode::Exec && !self.stage.holds_state_dir() {
+            self.state.remove_all_bounded(); // private to exec (in a stage: gone at seal)
         }
         let exec = self.jobs.last().filter(|_| self.cfg.mode == Mode::Exec);
         let fin = receipt::finished(positive, head, reason, sealable.signal, exec, &self.ledger);

@@ -27,23 +27,15 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 
 use super::config::Config;
-use crate::bounded::{self, Failure, WorkError, STAGE_DEADLINE};
+use super::private::{locate, Mine};
+use crate::bounded::{self, hash_deadline, Failure, WorkError, STAGE_DEADLINE};
 use crate::inventory::{self, listing, Listing};
 use crate::kinds::watchdog::{
-    DirIdentity, Event, StagingBaseline, StagingInventoried, StartRefusal, StartRefused,
+    DirIdentity, Event, PrivateState, StagingBaseline, StagingInventoried, StartRefusal,
+    StartRefused,
 };
 use crate::stage::receipt::{self, BeforeTransfer, MAX_RECEIPT};
 use crate::stage::{pinned, RECEIPT_NAME};
-
-/// The slowest hashing rate a deadline allows for (a loaded machine, a
-/// slow disk): 16 MiB/s, on top of [`STAGE_DEADLINE`].
-const SLOWEST_BYTES_PER_SEC: u64 = 16 << 20;
-
-/// How long walking and hashing a stage of `bytes` may take before it is
-/// called unreadable.
-pub fn hash_deadline(bytes: u64) -> Duration {
-    STAGE_DEADLINE + Duration::from_secs(bytes / SLOWEST_BYTES_PER_SEC)
-}
 
 /// What close compares the stage with.
 pub struct Baseline {
@@ -53,18 +45,30 @@ pub struct Baseline {
 }
 
 /// The stage an action was given: its identity at start and, once taken,
-/// its baseline.
+/// its baseline and the watchdog's own files in it.
 pub struct Stage {
     pub start: Option<DirIdentity>,
     pub baseline: Option<Baseline>,
+    /// What the watchdog made (state directory, log), to find in the stage.
+    mine: Mine,
+    /// The watchdog's own files in the stage, found before the baseline
+    /// (docs/stage.md, "The watchdog's own place"); left out of its walks.
+    pub private: Option<PrivateState>,
 }
 
 impl Stage {
-    pub fn new(start: Option<DirIdentity>) -> Stage {
+    pub fn new(start: Option<DirIdentity>, mine: Mine) -> Stage {
         Stage {
             start,
             baseline: None,
+            mine,
+            private: None,
         }
+    }
+
+    /// Whether the state directory is in the stage (close removes it).
+    pub fn holds_state_dir(&self) -> bool {
+        self.private.as_ref().is_some_and(|p| p.state_dir.is_some())
     }
 
     /// The step `Ledger::start` takes after the first records: arm the
@@ -83,7 +87,14 @@ impl Stage {
                 })?;
             let mut out: Vec<Event> = armed.into_iter().collect();
             if let (Some(path), Some(start)) = (cfg.staging.as_deref(), &self.start) {
-                let (seen, baseline) = take(path, start)?;
+                self.private = locate(path, &self.mine).map_err(|e| StartRefused {
+                    code: StartRefusal::StageRefused,
+                    detail: format!(
+                        "staging directory {}: {e} (refusing to start; nothing was launched)",
+                        path.display()
+                    ),
+                })?;
+                let (seen, baseline) = take(path, start, self.private.as_ref())?;
                 out.push(Event::StagingBaseline(seen));
                 self.baseline = Some(baseline);
             }
@@ -119,7 +130,11 @@ type Seen = (StagingInventoried, Listing, Option<BeforeTransfer>);
 /// stage that was replaced since the start, a receipt of another stage,
 /// and a stage that is not what the receipt pins (docs/stage.md, "The
 /// expected content").
-fn take(path: &Path, start: &DirIdentity) -> Result<(StagingBaseline, Baseline), StartRefused> {
+fn take(
+    path: &Path,
+    start: &DirIdentity,
+    private: Option<&PrivateState>,
+) -> Result<(StagingBaseline, Baseline), StartRefused> {
     let shown = path.display();
     let refused = |code, e: &dyn std::fmt::Display| StartRefused {
         code,
@@ -142,7 +157,8 @@ fn take(path: &Path, start: &DirIdentity) -> Result<(StagingBaseline, Baseline),
     .map_err(refuse)?;
     let (seen, listing, receipt): Seen =
         bounded::run(&what, &key, hash_deadline(size), &[], || {
-            let (seen, listing) = inventory::staging_listed(path).map_err(|e| e.to_string())?;
+            let (seen, listing) =
+                inventory::staging_listed(path, private).map_err(|e| e.to_string())?;
             let receipt = read_receipt(path)?;
             Ok((seen, listing, receipt))
         })

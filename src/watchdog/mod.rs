@@ -22,6 +22,7 @@ pub mod ownership;
 pub mod passthrough;
 pub mod phase;
 pub mod priority;
+pub mod private;
 pub mod receipt;
 pub mod reply;
 pub mod sources;

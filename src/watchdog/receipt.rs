@@ -19,8 +19,8 @@ use crate::holders::scan::scan;
 use crate::inventory::{self, Listing};
 use crate::kinds::watchdog::HoldersScanned;
 use crate::kinds::watchdog::{
-    no_live_or_waitable, Event, Inventory, Receipt, StagingInventoried, StopCompleted,
-    TempRootInventoried, TempRootRemoved,
+    no_live_or_waitable, Event, Inventory, PrivateRemoved, Receipt, StagingInventoried,
+    StopCompleted, TempRootInventoried, TempRootRemoved,
 };
 use crate::kinds::watchdog::{GroupIdentity, GroupRemoved};
 
@@ -320,7 +320,8 @@ fn read_staging(path: Option<&Path>, stage: &Stage) -> Option<(StagingInventorie
     let what = format!("the stage {}", path.display());
     let key = path.to_string_lossy();
     let read = crate::bounded::run(&what, &key, stage.close_deadline(), &[], || {
-        inventory::staging_listed(path).map_err(crate::bounded::WorkError::of)
+        inventory::staging_listed(path, stage.private.as_ref())
+            .map_err(crate::bounded::WorkError::of)
     });
     let unreadable = match read {
         Ok(seen) => return Some(seen),
@@ -340,8 +341,37 @@ fn read_staging(path: Option<&Path>, stage: &Stage) -> Option<(StagingInventorie
         special: Vec::new(),
         special_truncated: false,
         unreadable,
+        private: stage.private.clone(),
     };
     Some((seen, Listing::default()))
+}
+
+/// Removes the state directory the stage holds (docs/stage.md, "The
+/// watchdog's own place"), only once the temp root inside it is gone
+/// (no process can still use either); in a helper with a deadline. The
+/// open reply channels outlive their names, so the closer still gets its
+/// answer.
+fn remove_state_dir(state: &StateDir, temp_root_removed: bool) -> PrivateRemoved {
+    if !temp_root_removed {
+        return PrivateRemoved {
+            removed: false,
+            detail: "kept: the temp root inside it was kept".into(),
+        };
+    }
+    let key = state.path.to_string_lossy();
+    let keep = [state.dir.as_fd()];
+    match crate::bounded::run("the state directory", &key, STAGE_DEADLINE, &keep, || {
+        state.remove_all().map_err(crate::bounded::WorkError::of)
+    }) {
+        Ok(()) => PrivateRemoved {
+            removed: true,
+            detail: String::new(),
+        },
+        Err(e) => PrivateRemoved {
+            removed: false,
+            detail: bounded(&format!("cannot remove: {e}")),
+        },
+    }
 }
 
 /// Where and when the action is sealed.
@@ -367,7 +397,10 @@ pub fn seal(ev: &Evidence<'_>, at: &Sealing<'_>, ledger: &mut Ledger) -> (bool, 
     let stuck = read.as_ref().is_some_and(|(s, _)| s.unreadable.is_some());
     let held = scan_holders(at.staging.filter(|_| !stuck), at.state, ledger);
     let removed = clear_temp_root(at.state, ev.quiescent(), held, ledger);
-    let staging = read.map(|(seen, listing)| {
+    let staging = read.map(|(mut seen, listing)| {
+        if let Some(p) = seen.private.as_mut().filter(|p| p.state_dir.is_some()) {
+            p.state_dir_removed = Some(remove_state_dir(at.state, removed));
+        }
         ledger.append(Event::StagingInventoried(seen.clone()));
         if let Some(changed) = at.stage.changed(&seen, &listing) {
             ledger.append(changed);

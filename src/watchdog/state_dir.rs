@@ -137,6 +137,11 @@ pub fn create(path: &Path) -> io::Result<StateDir> {
 }
 
 impl StateDir {
+    /// The directory's device and inode, as made.
+    pub fn id(&self) -> (u64, u64) {
+        fstat(&self.dir).map_or((0, 0), |st| (st.st_dev, st.st_ino))
+    }
+
     pub fn tmp_path(&self) -> PathBuf {
         self.path.join(TMP)
     }

@@ -69,6 +69,7 @@ mod ssh;
 mod stage;
 mod stage_changes;
 mod stage_pinned;
+mod stage_private;
 mod stage_remove;
 mod stop;
 mod stop_bound;

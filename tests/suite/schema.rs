@@ -194,6 +194,8 @@ fn all_codes() -> Vec<Code> {
         StageNotAsUploaded,
         StageRefused,
         StageDigestMismatch,
+        PrivateStateKept,
+        PrivateStateChanged,
         IoError,
         NotARegularFile,
     ];
@@ -251,6 +253,8 @@ fn all_codes() -> Vec<Code> {
             | StageNotAsUploaded
             | StageRefused
             | StageDigestMismatch
+            | PrivateStateKept
+            | PrivateStateChanged
             | IoError
             | NotARegularFile => {}
         }
@@ -314,6 +318,15 @@ fn staging_inventoried() -> StagingInventoried {
         ],
         special_truncated: false,
         unreadable: None,
+        private: Some(PrivateState {
+            state_dir: Some(".rea/state".into()),
+            audit_log: Some(".rea/audit.jsonl".into()),
+            audit_log_ino: Some(1_048_611),
+            state_dir_removed: Some(PrivateRemoved {
+                removed: true,
+                detail: String::new(),
+            }),
+        }),
     }
 }
 

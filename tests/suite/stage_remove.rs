@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 
 use common::harness::{output_within, s, Scratch, Watchdog, PATIENCE};
 use common::schema::{compile, schema_errors};
-use common::stage::snapshot;
+use common::stage::{snapshot, verify_removal};
 use serde_json::Value;
 
 const PAUSE_UNLINK_ENV: &str = "REA_STAGE_PAUSE_BEFORE_UNLINK";
@@ -98,27 +98,6 @@ fn removal_records(log: &Path) -> Vec<Value> {
         );
     }
     recs
-}
-
-/// `rea-audit verify FILE --json` → (exit code, verdict), the verdict
-/// checked against remove-verdict.schema.json.
-fn verify_removal(log: &Path) -> (i32, Value) {
-    let out = Command::new(common::harness::audit_bin())
-        .args(["verify", s(log), "--json"])
-        .output()
-        .unwrap();
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "verify printed no JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    let errors = schema_errors(&compile("remove-verdict"), &v);
-    assert!(
-        errors.is_empty(),
-        "remove-verdict.schema.json: {errors:?}\n{v:#}"
-    );
-    (out.status.code().unwrap_or(-1), v)
 }
 
 fn kinds(recs: &[Value]) -> Vec<&str> {

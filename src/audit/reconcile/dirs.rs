@@ -146,7 +146,8 @@ pub fn stage_part(s: &LogScan, staging: Option<&Path>) -> StagePart {
     };
     // In a helper with a deadline: a stuck mount on or under the stage
     // makes an answer (stage_unreadable), not a hang.
-    let now = match crate::audit::stage::held::look(dir, None) {
+    let private = p.at_close.as_ref().and_then(|c| c.private.as_ref());
+    let now = match crate::audit::stage::held::look(dir, None, private) {
         Ok(seen) => seen.now,
         Err(crate::bounded::Failure::Blocked(b)) => {
             p.identity_matches = Some(false);

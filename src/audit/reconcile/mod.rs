@@ -82,7 +82,7 @@ pub fn reconcile(path: &Path, opts: &Options) -> Result<Report, ReconcileError> 
         // In a helper with a deadline, as verify's (a stuck stage answers).
         holders = opts.staging.as_deref().and_then(|p| {
             let r = s.run_started.as_ref()?.staging.as_ref()?;
-            let seen = stage_held::look(p, Some(r)).ok()?;
+            let seen = stage_held::look(p, Some(r), None).ok()?;
             stage_held::found(seen.scan?).1
         });
     }

@@ -285,7 +285,7 @@ fn compare_stage(rule: &StageRule<'_>) -> (Vec<(Problem, String)>, Option<Holder
             Problem::StagingNotRecorded,
             format!("--staging {} given, but LOG recorded no stage", p.display()),
         )),
-        (Some(p), Some(sealed)) => match stage_held::look(p, Some(&sealed.identity)) {
+        (Some(p), Some(sealed)) => match stage_held::look(p, Some(&sealed.identity), None) {
             Ok(seen) if !inventory::same_dir(&seen.now.identity, &sealed.identity) => out.push((
                 Problem::StagingMismatch,
                 format!(

@@ -10,12 +10,12 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::bounded::{self, Failure, STAGE_DEADLINE};
+use crate::bounded::{self, hash_deadline, Failure};
 use crate::holders::scan::scan_fds;
 use crate::holders::HolderScan;
 use crate::inventory;
 pub use crate::kinds::held::{findings, held};
-use crate::kinds::watchdog::{DirIdentity, StagingInventoried};
+use crate::kinds::watchdog::{DirIdentity, PrivateState, StagingInventoried};
 
 /// What a verifier says about the stage at `path`, open as `dir` (the
 /// descriptor its inventory was taken through): one detail per finding
@@ -43,6 +43,9 @@ pub fn check(
 pub struct StageNow {
     pub now: StagingInventoried,
     pub scan: Option<Result<HolderScan, NotScanned>>,
+    /// The watchdog's own files not as close left them, one detail each
+    /// (`private_state_changed`; docs/stage.md, "The watchdog's own place").
+    pub private: Vec<String>,
 }
 
 /// Why the stage could not be scanned for holders (`holders_not_scanned`).
@@ -62,35 +65,51 @@ impl std::fmt::Display for NotScanned {
 
 /// Inventories the stage at `path` and, when it is the directory `expect`
 /// (device, inode, owner, mode), scans it for holders through the same
-/// descriptor: all of it in a helper with [`STAGE_DEADLINE`]
+/// descriptor: all of it in a helper with a deadline ([`hash_deadline`])
 /// ([`crate::bounded`]), so a stuck mount on or under the stage makes an
 /// answer ([`Failure::Blocked`]: `stage_unreadable`), not a hang.
 /// [`Failure::Failed`] is the inventory's own error.
-pub fn look(path: &Path, expect: Option<&DirIdentity>) -> Result<StageNow, Failure> {
-    look_at(path, None, expect)
+pub fn look(
+    path: &Path,
+    expect: Option<&DirIdentity>,
+    private: Option<&PrivateState>,
+) -> Result<StageNow, Failure> {
+    look_at(path, None, expect, private, 0)
 }
 
 /// [`look`] through `opened` when given: the stage a caller already opened
 /// (without symlinks, `rea-stage remove`) and acts on through that
 /// descriptor, so the inventory and the holder scan are of that very
 /// directory, whatever `path` leads to now; `path` only names it.
+/// `private`: the watchdog's own files the run recorded in the stage, left
+/// out of the inventory as they were at close. `bytes`: the stage's size
+/// as recorded, for the deadline (hashing takes time in proportion).
 pub fn look_at(
     path: &Path,
     opened: Option<BorrowedFd<'_>>,
     expect: Option<&DirIdentity>,
+    private: Option<&PrivateState>,
+    bytes: u64,
 ) -> Result<StageNow, Failure> {
     let what = format!("the stage {}", path.display());
     let key = path.to_string_lossy();
     let keep: Vec<BorrowedFd<'_>> = opened.into_iter().collect();
-    bounded::run(&what, &key, STAGE_DEADLINE, &keep, || {
+    bounded::run(&what, &key, hash_deadline(bytes), &keep, || {
         let (now, dir) = match opened {
-            Some(fd) => (inventory::staging_fd(fd, path), fd),
+            Some(fd) => (inventory::staging_fd(fd, path, private), fd),
             None => {
-                let (now, owned) = inventory::staging_open(path).map_err(|e| e.to_string())?;
-                return Ok(scanned(path, expect, now, owned.as_fd()));
+                let (now, owned) =
+                    inventory::staging_open(path, private).map_err(|e| e.to_string())?;
+                return Ok(scanned(path, expect, now, owned.as_fd(), private));
             }
         };
-        Ok(scanned(path, expect, now.map_err(|e| e.to_string())?, dir))
+        Ok(scanned(
+            path,
+            expect,
+            now.map_err(|e| e.to_string())?,
+            dir,
+            private,
+        ))
     })
 }
 
@@ -99,6 +118,7 @@ fn scanned(
     expect: Option<&DirIdentity>,
     now: StagingInventoried,
     dir: BorrowedFd<'_>,
+    private: Option<&PrivateState>,
 ) -> StageNow {
     let same = expect.is_some_and(|e| inventory::same_dir(e, &now.identity));
     let scan = same.then(|| {
@@ -107,7 +127,8 @@ fn scanned(
             cause: e.to_string(),
         })
     });
-    StageNow { now, scan }
+    let private = private.map_or_else(Vec::new, |p| super::private::now(dir, p));
+    StageNow { now, scan, private }
 }
 
 /// [`check`]'s answer from a scan [`look`] made.

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use crate::audit::verdict::Verdict;
 use crate::audit::verify::{verify_file, VerifyOptions};
-use crate::bounded::{self, STAGE_DEADLINE};
+use crate::bounded::{self, hash_deadline};
 use crate::inventory::{self, Node};
 use crate::log::LogError;
 use crate::stage::decide::{escape_name, DirId};
@@ -129,7 +129,7 @@ pub fn remove(a: &Args<'_>) -> Done {
     }
     let run_id = match crate::stage::receipt::nonce() {
         Ok(n) => format!("remove-{}", &n[..16]),
-        Err(e) => return usage(&format!("cannot read /dev/urandom: {e}")),
+        Err(e) => return usage(&format!("cannot get random bytes (getrandom): {e}")),
     };
     let shown = std::path::absolute(a.dir)
         .unwrap_or(a.dir.to_path_buf())
@@ -231,11 +231,17 @@ fn checked(
         staging_fd: Some(Arc::new(dup)),
         expect_stage_digest: None,
     };
-    let verdict = log_verdict(&verify_file(a.audit_log, &opts));
+    let full = verify_file(a.audit_log, &opts);
+    // The watchdog's own files the log left out of the stage's inventory
+    // are left out of this walk's digest too, and removed with the rest.
+    let private = full.staging.as_ref().and_then(|s| s.private.clone());
+    let verdict = log_verdict(&full);
     let shown = parent.path.display().to_string();
     let what = format!("the walk of {shown}");
-    let walk = bounded::run(&what, &shown, STAGE_DEADLINE, &[stage], || {
-        Ok(inventory::staging_nodes(stage, MAX_NODES).map_err(|e| e.to_string())?)
+    let bytes = full.staging.as_ref().map_or(0, |s| s.inventory.bytes);
+    let walk = bounded::run(&what, &shown, hash_deadline(bytes), &[stage], || {
+        let nodes = inventory::staging_nodes(stage, MAX_NODES, private.as_ref());
+        Ok(nodes.map_err(|e| e.to_string())?)
     });
     let (walked, nodes) = match walk {
         Ok((inv, nodes)) => {

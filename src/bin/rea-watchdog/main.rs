@@ -35,7 +35,7 @@ static NOTE_SIGPIPE: extern "C" fn() = {
     note
 };
 
-fn main() -> ExitCode {
+pub fn main() -> ExitCode {
     // The `timeout` personality reads coreutils' command line, not ours.
     let args: Vec<OsString> = std::env::args_os().collect();
     let becomes_watchdog = |a: &OsString| a == "run" || a == "exec" || a == "timeout";

@@ -223,12 +223,27 @@ impl Watchdog {
     ) -> Watchdog {
         let state_dir = scratch.path("state");
         let audit_log = audit_log.unwrap_or_else(|| scratch.path("audit.jsonl"));
+        let program = Path::new(watchdog_bin());
+        Watchdog::start_laid_out(scratch, program, state_dir, audit_log, extra, tune)
+    }
+
+    /// Like [`Watchdog::start_with`], running `program` as the watchdog
+    /// with the state directory and log where the test says (the
+    /// watchdog's own place in the stage: docs/stage.md).
+    pub fn start_laid_out(
+        scratch: Scratch,
+        program: &Path,
+        state_dir: PathBuf,
+        audit_log: PathBuf,
+        extra: &[&str],
+        tune: impl FnOnce(&mut Command),
+    ) -> Watchdog {
         // The stage as uploaded: what a test put in `scratch`'s "staging"
         // before the start (the watchdog's baseline), and the runtime.
         let staging = scratch.path("staging");
         std::fs::create_dir_all(&staging).unwrap();
         std::fs::write(staging.join("runtime.bin"), b"native runtime").unwrap();
-        let mut cmd = Command::new(watchdog_bin());
+        let mut cmd = Command::new(program);
         cmd.arg("run")
             .arg("--state-dir")
             .arg(&state_dir)

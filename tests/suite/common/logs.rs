@@ -279,7 +279,7 @@ pub fn build(opts: &LogOpts) -> BuiltLog {
     // stage as it is now: a test changes it afterwards to model a change).
     if let Some(identity) = &staging {
         let (s, listing) =
-            inventory::staging_listed(Path::new(&identity.path)).expect("staging baseline");
+            inventory::staging_listed(Path::new(&identity.path), None).expect("staging baseline");
         let content = rea::stage::pinned::uploaded_digest(&listing);
         log.rec(Event::StagingBaseline(
             rea::kinds::watchdog::StagingBaseline::new(s, content, 0),

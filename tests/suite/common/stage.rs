@@ -6,7 +6,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::harness::{output_within, stage_bin, PATIENCE};
+use serde_json::Value;
+
+use super::harness::{output_within, s, stage_bin, PATIENCE};
+use super::schema::{compile, schema_errors};
 
 /// `rea-stage ARGS` → (exit code, stdout, stderr), bounded.
 pub fn stage_cmd(args: &[&str], env: Option<(&str, &Path)>) -> (i32, String, String) {
@@ -50,4 +53,25 @@ pub fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
         out.insert(p, format!("{meta} {what}"));
     }
     out
+}
+
+/// `rea-audit verify FILE --json` → (exit code, verdict), the verdict
+/// checked against remove-verdict.schema.json.
+pub fn verify_removal(log: &Path) -> (i32, Value) {
+    let out = Command::new(super::harness::audit_bin())
+        .args(["verify", s(log), "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "verify printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let errors = schema_errors(&compile("remove-verdict"), &v);
+    assert!(
+        errors.is_empty(),
+        "remove-verdict.schema.json: {errors:?}\n{v:#}"
+    );
+    (out.status.code().unwrap_or(-1), v)
 }
