@@ -65,14 +65,13 @@ def local_flow(p):
     c = ssh.Controller(ssh.Target("unused", identity="-", known_hosts="-"), p)
     t = {}
     t0 = time.monotonic()
-    pins = [f"--file={name}={ssh._sha256(path)}" for name, path in c.uploads().items()]
     os.makedirs(p.work, mode=0o700)
-    subprocess.run([p.binaries["rea-stage"], "begin", p.stage, *pins], check=True,
+    subprocess.run([p.binaries["rea-stage"], "begin", p.stage, *c.declared()], check=True,
                    stdout=subprocess.DEVNULL)
-    if p.rea_dir:
-        os.makedirs(os.path.join(p.stage, ".rea", "bin"), mode=0o700)
     t1 = time.monotonic()
     t["begin"] = t1 - t0
+    if p.rea_dir:
+        os.makedirs(os.path.join(p.stage, ".rea", "bin"), mode=0o700)
     for name, path in c.uploads().items():
         shutil.copy(path, os.path.join(p.stage, name))
     t2 = time.monotonic()

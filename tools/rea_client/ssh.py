@@ -402,6 +402,16 @@ class Controller:
 
     # ----- the steps ----------------------------------------------------------------
 
+    def declared(self) -> list[str]:
+        """begin's `--file` arguments. Today's begin takes plain names only,
+        and with any pin the watchdog refuses a stage holding an undeclared
+        entry (`.rea`): in the rea-dir layout the top-level uploads are
+        declared unpinned and the binaries in .rea/bin are not declared (a
+        gap, in the module doc); in the flat layout every upload is pinned."""
+        if self.plan.rea_dir:
+            return [f"--file={name}" for name in self.uploads() if "/" not in name]
+        return [f"--file={name}={_sha256(path)}" for name, path in self.uploads().items()]
+
     def begin(self) -> str:
         """Copies rea-stage into WORK, runs `begin` with every upload
         declared (see the module doc); returns the receipt's SHA-256."""
@@ -413,15 +423,7 @@ class Controller:
         code = self.scp_to([p.binaries["rea-stage"]], f"{p.work}/rea-stage")
         if code != 0:
             raise SSHError(f"the upload of rea-stage into {p.work} failed (exit {code})")
-        # Today's begin takes plain names only, and with any pin the
-        # watchdog refuses a stage holding an undeclared entry (`.rea`): in
-        # the rea-dir layout the top-level uploads are declared unpinned and
-        # the binaries in .rea/bin are not declared (a gap, in the module doc).
-        if p.rea_dir:
-            pins = [f"--file={name}" for name in self.uploads() if "/" not in name]
-        else:
-            pins = [f"--file={name}={_sha256(path)}" for name, path in self.uploads().items()]
-        r = self.ssh([f"{p.work}/rea-stage", "begin", p.stage, *pins])
+        r = self.ssh([f"{p.work}/rea-stage", "begin", p.stage, *self.declared()])
         sha = r.stdout.decode().strip().splitlines()[-1:] if r.returncode == 0 else []
         if not sha or not re.fullmatch(r"[0-9a-f]{64}", sha[0]):
             raise SSHError(f"rea-stage begin failed (exit {r.returncode}): "
