@@ -65,6 +65,7 @@ mod schedules;
 mod schema;
 mod show;
 mod smoke_stop;
+mod ssh;
 mod stage;
 mod stage_changes;
 mod stage_pinned;
