@@ -695,7 +695,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help='JSON: {"name", "argv", "timeout", "inner_alarm"?, "env"?}')
     a.add_argument("--local-dir", default=None, help="where the fetched logs go")
     a.add_argument("--layout", default="rea-dir", choices=["rea-dir", "flat"],
-                   help="rea-dir: binaries, state and log in STAGE/.rea (docs/stage.md, "The watchdog's own place")")
+                   help="rea-dir: binaries, state and log in STAGE/.rea (docs/stage.md)")
     args = a.parse_args(argv)
     plan = Plan(stage=args.stage, work=args.work, binaries=local_binaries(args.bin_dir),
                 files=args.file, phases=[Phase(**json.loads(p)) for p in args.phase],
