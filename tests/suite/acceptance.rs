@@ -595,9 +595,14 @@ fn rehearse_response_lost_reconciles_and_decides_review() {
     assert_eq!(found["reconcile"], "running", "{}", r.explain());
     assert_eq!(found["reconcile_exit"], 5);
     assert_eq!(found["decision"], "review", "{found:#}");
-    let packet = found["packet"].as_str().expect("the review packet was written");
+    let packet = found["packet"]
+        .as_str()
+        .expect("the review packet was written");
     let page = std::fs::read_to_string(packet).unwrap();
-    assert!(page.contains("<html") || page.contains("<!DOCTYPE"), "{packet}");
+    assert!(
+        page.contains("<html") || page.contains("<!DOCTYPE"),
+        "{packet}"
+    );
     assert_eq!(found["close_exit"], 0, "the person's close: {found:#}");
     assert_eq!(r.report["watchdog_exit"], 0);
     assert_eq!(r.report["staging_deleted"], false);
