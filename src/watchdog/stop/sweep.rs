@@ -110,6 +110,8 @@ impl Stopper {
         let parent_ok = |p: i32| p == me.pid || members.contains(&p);
         let stage = self.stage;
         let mut part = Part::new(self.sweeps + 1);
+        // Parents of targets that the census does not list, passed over.
+        let mut outside = HashSet::new();
         let mut spare = self.spare(0);
         // A TERM sweep ends at the grace: a fork storm that starves the
         // watchdog (one part of 512 binds took 6 s at load 1000) must not
@@ -146,7 +148,11 @@ impl Stopper {
                 // is still that child.
                 None => bind_scanned_child(st, me.uid, parent_ok),
             };
+            let before = part.targets.len();
             self.file_bound(host, &mut part, st, link, bound, &mut spare);
+            if part.targets.len() > before {
+                close_lineage(&mut part, &members, &mut outside, st.ppid, me.pid);
+            }
             // Signal in parts as the scan goes: in a fork storm, binding
             // thousands first would leave all of them running meanwhile.
             let limit = part_limit(part.index);
@@ -375,6 +381,36 @@ fn others_only(
 
 /// `st` itself, or for a census placeholder (a group member not read yet,
 /// see [`Census`]) what `/proc` says of it now; `None` if it is gone.
+/// Lists as passed over (`others`) each ancestor of a target, from
+/// `ppid` up, that the census does not list, until the watchdog or a
+/// census member: a zombie (a job leader that exited with a child of it
+/// still running) is not in its cgroup's `cgroup.procs`, yet it is still
+/// its child's parent, and the log's sweep must name every target's
+/// parent (docs/stop.md; `verify` checks that closure). Each one once per
+/// sweep (`outside`); at most 64 steps; an ancestor that cannot be read
+/// ends the walk (what it left is the verifier's to judge).
+fn close_lineage(
+    part: &mut Part,
+    members: &HashSet<i32>,
+    outside: &mut HashSet<i32>,
+    mut ppid: i32,
+    me: i32,
+) {
+    for _ in 0..64 {
+        if ppid == me || ppid <= 1 || members.contains(&ppid) || !outside.insert(ppid) {
+            return;
+        }
+        let Ok(st) = read_stat(ppid) else {
+            return;
+        };
+        part.others.push(Link {
+            pid: ppid,
+            ppid: st.ppid,
+        });
+        ppid = st.ppid;
+    }
+}
+
 fn known(st: &Stat) -> Option<Stat> {
     if !super::census::is_placeholder(st) {
         return Some(st.clone());
