@@ -391,7 +391,7 @@ impl Action {
         self.replies.drain_all(&mut self.src, EXIT_FLUSH);
         self.jobs.flush_passthrough(&mut self.src, EXIT_FLUSH);
         if self.cfg.mode == Mode::Exec && !self.stage.holds_state_dir() {
-            self.state.remove_all_bounded(); // private to exec (in a stage: gone at seal)
+            let _ = self.state.remove_all_bounded(); // exec's (in a stage: gone at seal)
         }
         let exec = self.jobs.last().filter(|_| self.cfg.mode == Mode::Exec);
         let fin = receipt::finished(positive, head, reason, sealable.signal, exec, &self.ledger);

@@ -48,13 +48,10 @@ impl Mine {
 /// printable ASCII, or when the path found does not lead, from the stage
 /// and without a link, to the very file or directory the watchdog made.
 pub fn locate(stage: &Path, mine: &Mine) -> Result<Option<PrivateState>, String> {
-    let state_dir = inside(
-        stage,
-        &mine.state_dir.0,
-        mine.state_dir.1,
-        "state directory",
-    )?;
-    let audit_log = inside(stage, &mine.audit_log.0, mine.audit_log.1, "audit log")?;
+    let base = canon(stage)?;
+    let found = |(path, id): &(PathBuf, (u64, u64)), what| inside(stage, &base, path, *id, what);
+    let state_dir = found(&mine.state_dir, "state directory")?;
+    let audit_log = found(&mine.audit_log, "audit log")?;
     if state_dir.is_none() && audit_log.is_none() {
         return Ok(None);
     }
@@ -74,21 +71,25 @@ pub fn locate(stage: &Path, mine: &Mine) -> Result<Option<PrivateState>, String>
     }))
 }
 
-/// `target`'s path relative to `stage` when it lies in it, checked.
+fn canon(p: &Path) -> Result<PathBuf, String> {
+    std::fs::canonicalize(p).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+/// `target`'s path relative to `stage` (resolved: `base`) when it lies in
+/// it, checked.
 fn inside(
     stage: &Path,
+    base: &Path,
     target: &Path,
     id: (u64, u64),
     what: &str,
 ) -> Result<Option<String>, String> {
-    let canon = |p: &Path| std::fs::canonicalize(p).map_err(|e| format!("{}: {e}", p.display()));
-    let base = canon(stage)?;
     // The log is a file: its directory is resolved, its name kept.
     let full = match (target.parent(), target.file_name()) {
         (Some(dir), Some(name)) if !dir.as_os_str().is_empty() => canon(dir)?.join(name),
         _ => canon(Path::new("."))?.join(target),
     };
-    let Ok(rel) = full.strip_prefix(&base) else {
+    let Ok(rel) = full.strip_prefix(base) else {
         return Ok(None);
     };
     let mut parts = Vec::new();

@@ -358,11 +358,7 @@ fn remove_state_dir(state: &StateDir, temp_root_removed: bool) -> PrivateRemoved
             detail: "kept: the temp root inside it was kept".into(),
         };
     }
-    let key = state.path.to_string_lossy();
-    let keep = [state.dir.as_fd()];
-    match crate::bounded::run("the state directory", &key, STAGE_DEADLINE, &keep, || {
-        state.remove_all().map_err(crate::bounded::WorkError::of)
-    }) {
+    match state.remove_all_bounded() {
         Ok(()) => PrivateRemoved {
             removed: true,
             detail: String::new(),

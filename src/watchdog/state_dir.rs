@@ -172,14 +172,14 @@ impl StateDir {
 
     /// [`StateDir::remove_all`] in a helper with a deadline
     /// ([`crate::bounded`]): a stuck mount left in the directory must not
-    /// keep exec from ending. Best effort: what is left stays.
-    pub fn remove_all_bounded(&self) {
+    /// keep exec from ending. What is left stays; `Err` says why.
+    pub fn remove_all_bounded(&self) -> Result<(), crate::bounded::Failure> {
         let key = self.path.to_string_lossy();
         let keep = [self.dir.as_fd()];
         let limit = crate::bounded::STAGE_DEADLINE;
-        let _ = crate::bounded::run("the state directory", &key, limit, &keep, || {
+        crate::bounded::run("the state directory", &key, limit, &keep, || {
             self.remove_all().map_err(crate::bounded::WorkError::of)
-        });
+        })
     }
 
     /// Removes the whole state directory (exec mode: it was private to us).

@@ -193,19 +193,16 @@ fn assert_refused(change: impl FnOnce(&Path), want: &str) {
     std::fs::write(staging.join("runtime.bin"), RUNTIME).unwrap();
     change(&staging);
     let log = scratch.path("audit.jsonl");
-    let child = Command::new(watchdog_bin())
-        .arg("run")
-        .arg("--state-dir")
-        .arg(scratch.path("state"))
-        .arg("--audit-log")
-        .arg(&log)
-        .arg("--staging")
-        .arg(&staging)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rea-watchdog");
+    let child = run_command(
+        Path::new(watchdog_bin()),
+        &scratch.path("state"),
+        &log,
+        &staging,
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn rea-watchdog");
     let out = output_within(child, PATIENCE);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{err}");

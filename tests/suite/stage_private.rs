@@ -186,15 +186,7 @@ fn private_state_out_of_place_is_refused_and_recorded() {
             std::fs::create_dir_all(&state).unwrap();
         }
         let log = staging.join(log);
-        let child = Command::new(&wd)
-            .arg("run")
-            .arg("--state-dir")
-            .arg(&state)
-            .arg("--audit-log")
-            .arg(&log)
-            .arg("--staging")
-            .arg(&staging)
-            .stdin(Stdio::null())
+        let child = run_command(&wd, &state, &log, &staging)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

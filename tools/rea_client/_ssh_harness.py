@@ -56,12 +56,6 @@ class Events:
                        "while": event.get("event")})
 
 
-def _start_time(pid: int) -> int:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        data = f.read()
-    return int(data[data.rindex(b")") + 2:].split()[19])
-
-
 def _watch_stdin(ev: Events) -> None:
     while True:
         try:
@@ -93,12 +87,12 @@ def main() -> int:
     for s in (signal.SIGHUP, signal.SIGPIPE, signal.SIGTERM, signal.SIGINT):
         signal.signal(s, on_signal)
     threading.Thread(target=_watch_stdin, args=(ev,), daemon=True).start()
-    pid = os.getpid()
-    ev.emit({"event": "harness", "pid": pid, "start_time": _start_time(pid),
-             "sid": os.getsid(0), "tty": os.isatty(0)})
-
     sys.path.insert(0, os.path.join(a.stage, "rea_client.zip"))
     import rea_client as rc
+
+    pid = os.getpid()
+    ev.emit({"event": "harness", "pid": pid, "start_time": rc.start_time(pid),
+             "sid": os.getsid(0), "tty": os.isatty(0)})
 
     err = open(a.events + ".watchdog-stderr", "ab")
     code = 0

@@ -463,11 +463,17 @@ class Controller:
         fetched and verified locally."""
         p = self.plan
         log = f"{p.work}/discard.jsonl"
-        r = self.ssh([f"{p.work}/rea-stage", "discard", p.stage, "--receipt-sha256",
-                      receipt_sha256, "--audit-log", log])
+        return self._logged([f"{p.work}/rea-stage", "discard", p.stage, "--receipt-sha256",
+                             receipt_sha256, "--audit-log", log], log)
+
+    def _logged(self, argv: Sequence[str], log: str) -> JSONObject:
+        """Runs a rea-stage step that writes its own log at `log` on the
+        host (outside the stage), then fetches that log and verifies it
+        locally: its exit, its JSON line, its stderr, and the verdict."""
+        r = self.ssh(argv)
         out: JSONObject = {"exit": r.returncode, "stdout": _json_or_none(r.stdout),
                            "stderr": r.stderr.decode(errors="replace")}
-        local = os.path.join(p.local_dir, "discard.jsonl")
+        local = os.path.join(self.plan.local_dir, os.path.basename(log))
         try:
             self.fetch(log, local)
             out["verify"] = self._verify_local(local, None)
@@ -557,17 +563,8 @@ class Controller:
     def remove(self, head: str) -> JSONObject:
         p = self.plan
         log = f"{p.work}/remove.jsonl"
-        r = self.ssh([p.bin("rea-stage"), "remove", p.stage, "--audit-log", p.audit_log,
-                      "--expect-head", head, "--log", log])
-        out: JSONObject = {"exit": r.returncode, "stdout": _json_or_none(r.stdout),
-                           "stderr": r.stderr.decode(errors="replace")}
-        local = os.path.join(p.local_dir, "remove.jsonl")
-        try:
-            self.fetch(log, local)
-            out["verify"] = self._verify_local(local, None)
-        except SSHError as e:
-            out["fetch_error"] = str(e)
-        return out
+        return self._logged([p.bin("rea-stage"), "remove", p.stage, "--audit-log",
+                             p.audit_log, "--expect-head", head, "--log", log], log)
 
     def events(self) -> list[JSONObject]:
         """The harness's own observations, read over a new connection."""

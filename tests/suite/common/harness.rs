@@ -185,6 +185,21 @@ impl Default for Scratch {
     }
 }
 
+/// `PROGRAM run --state-dir STATE --audit-log LOG --staging STAGING` with
+/// stdin from /dev/null; the caller says where its output goes.
+pub fn run_command(program: &Path, state: &Path, log: &Path, staging: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.arg("run")
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--audit-log")
+        .arg(log)
+        .arg("--staging")
+        .arg(staging)
+        .stdin(Stdio::null());
+    cmd
+}
+
 /// A running `rea-watchdog run` whose root controller is this test process.
 pub struct Watchdog {
     pub child: Option<Child>,
@@ -243,16 +258,8 @@ impl Watchdog {
         let staging = scratch.path("staging");
         std::fs::create_dir_all(&staging).unwrap();
         std::fs::write(staging.join("runtime.bin"), b"native runtime").unwrap();
-        let mut cmd = Command::new(program);
-        cmd.arg("run")
-            .arg("--state-dir")
-            .arg(&state_dir)
-            .arg("--audit-log")
-            .arg(&audit_log)
-            .arg("--staging")
-            .arg(&staging)
-            .args(extra)
-            .stdin(Stdio::null())
+        let mut cmd = run_command(program, &state_dir, &audit_log, &staging);
+        cmd.args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         tune(&mut cmd);
